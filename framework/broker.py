@@ -1,0 +1,232 @@
+"""The Broker: configuration, hub, plugins, auth schemes and protocols in one object.
+
+Protocols talk to the broker (``open_session``, ``authenticate``, ``authorize``,
+``session_closed``) and to its ``hub`` for routing. A custom server subclasses
+:class:`Broker` and overrides its documented methods, or defines ``msgbroker_*`` methods:
+the broker registers itself as a plugin, so those act as hook implementations (subclass
+hooks) without any decorator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from attrs import frozen
+from twisted.internet.interfaces import IProtocolFactory
+from twisted.logger import Logger
+
+from .auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
+from .config import BrokerConfig, Listener
+from .errors import ConfigError
+from .hub import Hub, Peer
+from .message import Encoder, Message, RouteResult
+from .pluginmanager import build_plugin_manager, has_implementations
+from .session import OutputPolicy, Session
+
+log = Logger(namespace="msgbroker")
+
+
+@frozen
+class ProtocolSpec:
+    """A wire protocol, as a plugin registers it (``msgbroker_register_protocols``)."""
+
+    #: the name ``--listen NAME=ENDPOINT`` uses
+    name: str
+    #: ``build_factory(broker, listener)`` -> a Twisted protocol factory for one listener
+    build_factory: Callable[[Broker, Listener], IProtocolFactory]
+    #: where the embedded default configuration listens, or ``None``
+    default_endpoint: str | None = None
+    description: str = ""
+
+
+class Broker:
+    """One broker. ``reactor`` is only used for timers (pass a ``Clock`` in tests)."""
+
+    #: lets :class:`msgbroker.plugins.PluginManager` treat ``msgbroker_*`` methods as hooks
+    _msgbroker_subclass_hooks = True
+
+    def __init__(self, config: BrokerConfig | None = None, reactor: Any = None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as global_reactor
+
+            reactor = global_reactor
+        self.config = config or BrokerConfig()
+        self.reactor = reactor
+        self.hub = Hub()
+        self.sessions: set[Session] = set()
+        #: (listener, bound address text), filled by the service as listeners bind
+        self.listening: list[tuple[Listener, str]] = []
+        self.policy = OutputPolicy(
+            max_backlog=self.config.max_backlog, drop=self.config.slow_consumer == "drop"
+        )
+        self.pm = build_plugin_manager(
+            self.config.plugins, self.config.no_plugins, extra=[self]
+        )
+        self.protocols: dict[str, ProtocolSpec] = {}
+        self.pm.hook.msgbroker_register_protocols(register=self._register_protocol)
+        self.schemes: dict[str, AuthScheme] = {}
+        self.pm.hook.msgbroker_register_auth_schemes(
+            register=self._register_scheme, config=self.config
+        )
+        self.enabled_schemes = self._enabled_schemes()
+        self._bind_hooks()
+
+    # -- registration ----------------------------------------------------------------------
+
+    def _register_protocol(self, spec: ProtocolSpec) -> None:
+        if spec.name in self.protocols:
+            raise ConfigError(f"two plugins register the protocol {spec.name!r}")
+        self.protocols[spec.name] = spec
+
+    def _register_scheme(self, scheme: AuthScheme) -> None:
+        if scheme.name in self.schemes:
+            raise ConfigError(f"two plugins register the auth scheme {scheme.name!r}")
+        self.schemes[scheme.name] = scheme
+
+    def _enabled_schemes(self) -> tuple[str, ...]:
+        names = list(self.config.auth or ("open",))
+        # SSMP: "All servers that accept connections over TLS MUST allow authentication
+        # through client certificates."
+        if any(listener.is_tls for listener in self.listeners()) and "cert" not in names:
+            names.append("cert")
+        for name in names:
+            if name not in self.schemes:
+                known = ", ".join(sorted(self.schemes)) or "none"
+                raise ConfigError(f"unknown auth scheme {name!r} (available: {known})")
+        return tuple(dict.fromkeys(names))
+
+    def _bind_hooks(self) -> None:
+        """Resolve once which observation hooks have implementations (hot-path rule)."""
+        hook = self.pm.hook
+        has = lambda name: has_implementations(self.pm, name)  # noqa: E731
+        self._authorize = hook.msgbroker_authorize if has("msgbroker_authorize") else None
+        self._authenticate = (
+            hook.msgbroker_authenticate if has("msgbroker_authenticate") else None
+        )
+        self._opened = hook.msgbroker_session_opened if has("msgbroker_session_opened") else None
+        self._closed = hook.msgbroker_session_closed if has("msgbroker_session_closed") else None
+        self._login = hook.msgbroker_session_login if has("msgbroker_session_login") else None
+        if has("msgbroker_message_routed"):
+            routed = hook.msgbroker_message_routed
+
+            def observe(message: Message, result: RouteResult) -> None:
+                routed(message=message, result=result)
+
+            self.hub.observer = observe
+        self.hub.on_skip = self._log_skip
+
+    def listeners(self) -> tuple[Listener, ...]:
+        """The configured listeners, or every protocol's default endpoint."""
+        if self.config.listeners:
+            return self.config.listeners
+        return tuple(
+            Listener(spec.name, spec.default_endpoint)
+            for spec in self.protocols.values()
+            if spec.default_endpoint is not None
+        )
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def open_session(
+        self,
+        protocol: str,
+        encode: Encoder,
+        transport: Any,
+        closer: Callable[[str], None],
+        host: str = "",
+        tls_names: frozenset[str] | None = None,
+    ) -> Session:
+        """A new session for a connection just made (calls ``msgbroker_session_opened``)."""
+        session = Session(
+            protocol=protocol,
+            encode=encode,
+            transport=transport,
+            policy=self.policy,
+            stats=self.hub.stats,
+            closer=closer,
+            host=host,
+            tls_names=tls_names,
+        )
+        self.sessions.add(session)
+        if self._opened is not None:
+            self._opened(session=session)
+        return session
+
+    def session_closed(self, session: Session, reason: str) -> None:
+        """The connection is gone: leave the hub (presence events) and tell the plugins."""
+        if session not in self.sessions:
+            return
+        self.sessions.discard(session)
+        self.hub.close(session)
+        if session.close_reason is None:
+            session.close_reason = reason
+        if self._closed is not None:
+            self._closed(session=session, reason=session.close_reason)
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def authenticate(self, request: LoginRequest) -> AuthResult:
+        """Decide a login: disabled scheme -> Deny; then ``msgbroker_authenticate``; then the
+        scheme itself. Overridable."""
+        if request.scheme not in self.enabled_schemes:
+            return Deny(f"scheme {request.scheme!r} is not enabled")
+        if request.scheme == "open" and not self.config.auth and not request.is_loopback:
+            return Deny("open login is for loopback peers only in the default configuration")
+        if self._authenticate is not None:
+            decided = self._authenticate(request=request)
+            if decided is not None:
+                return decided  # type: ignore[no-any-return]
+        return self.schemes[request.scheme].authenticate(request)
+
+    def login(self, session: Session, request: LoginRequest) -> AuthResult:
+        """Authenticate and, when accepted, register the identity in the hub (kicking an
+        older holder). Calls ``msgbroker_session_login`` either way."""
+        try:
+            result = self.authenticate(request)
+        except Exception:
+            log.failure("auth scheme {scheme} failed", scheme=request.scheme)
+            result = Deny("auth scheme raised")
+        if isinstance(result, Accept):
+            self.hub.login(session, result.identity)
+        else:
+            log.info(
+                "{protocol} login refused for {identity!r} from {host} ({scheme}): {reason}",
+                protocol=request.protocol,
+                identity=request.identity,
+                host=request.host or "local",
+                scheme=request.scheme,
+                reason=result.reason,
+            )
+        if self._login is not None:
+            self._login(session=session, request=request, result=result)
+        return result
+
+    def authorize(self, session: Session, action: str, topic: str | None) -> bool:
+        """``msgbroker_authorize``; allowed when no plugin implements it or all abstain."""
+        if self._authorize is None:
+            return True
+        return self._authorize(session=session, action=action, topic=topic) is not False
+
+    @property
+    def authorizes(self) -> bool:
+        """True when some plugin implements ``msgbroker_authorize`` (protocols skip the call
+        otherwise)."""
+        return self._authorize is not None
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _log_skip(self, peer: Peer, message: Message) -> None:
+        log.debug(
+            "skipped {protocol} recipient {identity}: cannot carry {kind} on {topic!r}",
+            protocol=peer.protocol,
+            identity=peer.identity,
+            kind=message.kind.value,
+            topic=message.topic,
+        )
+
+    def started(self) -> None:
+        self.pm.hook.msgbroker_broker_started(broker=self)
+
+    def stopped(self) -> None:
+        self.pm.hook.msgbroker_broker_stopped(broker=self)

@@ -1,0 +1,43 @@
+"""Errors shared by the core and the protocols."""
+
+from __future__ import annotations
+
+
+class MsgbrokerError(Exception):
+    """Base class of every error msgbroker raises on purpose."""
+
+
+class ConfigError(MsgbrokerError):
+    """The configuration or the command line is wrong; the message says what, in one line."""
+
+
+class RemoteProtocolError(MsgbrokerError):
+    """The peer broke the protocol's grammar or rules.
+
+    Codecs raise it (sans-IO, like h11's ``RemoteProtocolError``); the Twisted protocol
+    answers as its specification says (SSMP: ``400`` and close) and nothing else happens.
+    """
+
+
+class RoutingError(MsgbrokerError):
+    """A hub operation that was refused; subclasses say why."""
+
+
+class NotAllowed(RoutingError):
+    """The session may not do this (e.g. an anonymous session subscribing)."""
+
+
+class AlreadySubscribed(RoutingError):
+    """The session already subscribes to this topic."""
+
+
+class NotSubscribed(RoutingError):
+    """The session does not subscribe to this topic."""
+
+
+class NoSuchIdentity(RoutingError):
+    """Nobody is logged in with the target identity."""
+
+
+class IdentityInUse(RoutingError):
+    """The session is already logged in."""

@@ -1,0 +1,189 @@
+"""BrokerService: the broker, its plugins and one listening service per endpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application import service
+from twisted.internet import defer
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python.failure import Failure
+
+from .broker import Broker
+from .config import BrokerConfig, Listener
+from .errors import ConfigError
+from .tls import server_context_factory
+
+log = Logger(namespace="msgbroker")
+
+#: how long stopService waits for connections to flush before aborting them
+SHUTDOWN_GRACE = 3.0
+
+
+def describe_address(address: Any) -> str:
+    """``tcp:127.0.0.1:4444``, ``unix:/path`` ... for the log."""
+    kind = getattr(address, "type", None)
+    if kind in ("TCP", "UDP"):
+        host = address.host
+        return f"{kind.lower()}:[{host}]:{address.port}" if ":" in host else (
+            f"{kind.lower()}:{host}:{address.port}"
+        )
+    name = getattr(address, "name", None)
+    if name is not None:
+        return f"unix:{name.decode() if isinstance(name, bytes) else name}"
+    return str(address)
+
+
+def _is_loopback_address(address: Any) -> bool:
+    host = getattr(address, "host", None)
+    if host is None:
+        return True  # unix sockets are local
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class ListenerService(service.Service):
+    """Listens on one endpoint with one protocol factory; fails startService if it cannot
+    bind (so ``twistd`` exits with the reason instead of running without the listener)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        listener: Listener,
+        endpoint: IStreamServerEndpoint,
+        factory: IProtocolFactory,
+    ) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.endpoint = endpoint
+        self.factory = factory
+        self.port: IListeningPort | None = None
+        self.setName(str(listener))
+
+    def startService(self) -> None:
+        super().startService()
+        outcome: list[Any] = []
+        self.endpoint.listen(self.factory).addBoth(outcome.append)
+        if not outcome:
+            raise ConfigError(f"{self.listener}: the endpoint did not bind synchronously")
+        result = outcome[0]
+        if isinstance(result, Failure):
+            self.running = False
+            raise ConfigError(f"cannot listen on {self.listener}: {result.getErrorMessage()}")
+        self.port = result
+        address = describe_address(result.getHost())
+        self.broker.listening.append((self.listener, address))
+        log.info("{protocol} listening on {address}", protocol=self.listener.protocol, address=address)
+        if "open" in self.broker.config.auth and not _is_loopback_address(result.getHost()):
+            log.warn(
+                "open login is enabled on {address}, which is not a loopback address: "
+                "anyone who can reach it can log in as anyone",
+                address=address,
+            )
+
+    def stopService(self) -> defer.Deferred[None] | None:
+        super().stopService()
+        if self.port is None:
+            return None
+        port, self.port = self.port, None
+        return defer.maybeDeferred(port.stopListening)
+
+
+class BrokerService(service.MultiService):
+    """The whole broker as a Twisted service: start binds every listener, stop closes every
+    connection (sending the UNSUBSCRIBE presence events) and releases the ports."""
+
+    def __init__(
+        self, config: BrokerConfig, reactor: Any = None, broker_class: type[Broker] = Broker
+    ) -> None:
+        super().__init__()
+        if reactor is None:
+            from twisted.internet import reactor as global_reactor
+
+            reactor = global_reactor
+        self.reactor = reactor
+        self.broker = broker_class(config, reactor)
+        self._tls_context: Any = None
+        for listener in self.broker.listeners():
+            self._add_listener(listener)
+
+    def _add_listener(self, listener: Listener) -> None:
+        spec = self.broker.protocols.get(listener.protocol)
+        if spec is None:
+            known = ", ".join(sorted(self.broker.protocols)) or "none"
+            raise ConfigError(f"unknown protocol {listener.protocol!r} in --listen (known: {known})")
+        factory = spec.build_factory(self.broker, listener)
+        endpoint_text = listener.endpoint
+        if endpoint_text.startswith("tls:"):
+            # our TLS: any stream endpoint (tcp by default) wrapped with the broker's context
+            rest = endpoint_text[len("tls:") :]
+            endpoint_text = rest if rest.split(":", 1)[0] in ("tcp", "tcp6", "unix") else "tcp:" + rest
+            factory = TLSMemoryBIOFactory(self._tls(), False, factory)
+        try:
+            endpoint = serverFromString(self.reactor, endpoint_text)
+        except Exception as e:
+            raise ConfigError(f"bad endpoint in --listen {listener}: {e}") from None
+        ListenerService(self.broker, listener, endpoint, factory).setServiceParent(self)
+
+    def _tls(self) -> Any:
+        if self._tls_context is None:
+            config = self.broker.config
+            if not (config.tls_cert and config.tls_key):
+                raise ConfigError("a TLS listener needs --tls-cert and --tls-key")
+            self._tls_context = server_context_factory(
+                config.tls_cert, config.tls_key, config.tls_ca
+            )
+        return self._tls_context
+
+    #: set by ``twistd msgbroker``: a listener that cannot bind ends the process with one
+    #: line on stderr instead of a traceback
+    exit_on_error = False
+
+    def startService(self) -> None:
+        try:
+            super().startService()
+        except ConfigError as e:
+            if not self.exit_on_error:
+                raise
+            import sys
+
+            sys.stderr.write(f"twistd msgbroker: error: {e}\n")
+            raise SystemExit(2) from None
+        self.broker.started()
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        # stop accepting, then close every session: each close sends its UNSUBSCRIBE events
+        # to the sessions still open, which flush them before their own close
+        yield super().stopService()
+        sessions = list(self.broker.sessions)
+        waits = [_connection_lost(s) for s in sessions]
+        for session in sessions:
+            self.broker.session_closed(session, "shutdown")
+            session.close("shutdown")
+        if waits:
+            timeout = self.reactor.callLater(SHUTDOWN_GRACE, _abort_all, sessions)
+            yield defer.DeferredList(waits)
+            if timeout.active():
+                timeout.cancel()
+        self.broker.stopped()
+
+
+def _connection_lost(session: Any) -> defer.Deferred[None]:
+    d: defer.Deferred[None] = defer.Deferred()
+    session.on_lost.append(lambda: d.callback(None))
+    return d
+
+
+def _abort_all(sessions: list[Any]) -> None:
+    for session in sessions:
+        abort = getattr(session.transport, "abortConnection", None)
+        if abort is not None:
+            abort()

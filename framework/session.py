@@ -1,0 +1,120 @@
+"""Per-connection state shared by every protocol, and its output budget.
+
+A :class:`Session` is what the hub knows of a connection. Its ``send`` attribute is what the
+hub calls per delivery: while the transport keeps up it *is* ``transport.write`` (no extra
+Python frame on the hot path; the transport coalesces writes into one ``send`` per reactor
+turn). The session registers itself as the transport's streaming producer, so when the
+transport's buffer passes its high-water mark Twisted calls :meth:`Session.pauseProducing`,
+and only then does ``send`` switch to the slow-consumer path: a byte budget
+(``max_backlog``) past which the policy applies — ``drop`` (count and discard) or
+``disconnect`` (abort the connection; the hub sends the UNSUBSCRIBE events). Nobody else
+waits: the publisher and the other recipients never see the slow one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from attrs import define, field, frozen
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import implementer
+
+from .message import Encoder
+
+if TYPE_CHECKING:
+    from .hub import HubStats, Topic
+
+
+@frozen
+class OutputPolicy:
+    """What a session does with output its peer does not read.
+
+    ``max_backlog``: bytes accepted beyond the transport's own buffer once the peer stops
+    reading. ``drop``: past the budget, discard (and count) instead of disconnecting.
+    """
+
+    max_backlog: int = 1 << 20
+    drop: bool = False
+
+
+@implementer(IPushProducer)
+@define(eq=False)
+class Session:
+    """One connection, whatever its protocol."""
+
+    protocol: str
+    encode: Encoder
+    transport: Any
+    policy: OutputPolicy
+    stats: HubStats
+    #: how the hub (or the output budget) closes this connection: ``close(reason)``
+    closer: Callable[[str], None]
+    host: str = ""
+    tls_names: frozenset[str] | None = None
+    identity: str | None = None
+    #: hub-managed: topic name -> Topic
+    subscriptions: dict[str, Topic] = field(factory=dict)
+    #: the hub calls this per delivery; ``transport.write`` while the peer keeps up
+    send: Callable[[bytes], None] = field(default=None)
+    backlog: int = 0
+    dropped: int = 0
+    paused: bool = False
+    close_reason: str | None = None
+    #: per-session state for plugins, keyed by plugin name
+    data: dict[str, Any] = field(factory=dict)
+    #: called once the connection is gone (the service waits on these at shutdown)
+    on_lost: list[Callable[[], None]] = field(factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        self.send = self.transport.write
+        self.transport.registerProducer(self, True)
+
+    # -- IPushProducer: the transport tells us when its buffer is full or drained ----------
+
+    def pauseProducing(self) -> None:
+        if self.close_reason is None:
+            self.paused = True
+            self.backlog = 0
+            self.send = self._send_backlogged
+
+    def resumeProducing(self) -> None:
+        if self.close_reason is None:
+            self.paused = False
+            self.backlog = 0
+            self.send = self.transport.write
+
+    def stopProducing(self) -> None:
+        self.send = _discard
+
+    # -- slow consumer ---------------------------------------------------------------------
+
+    def _send_backlogged(self, frame: bytes) -> None:
+        backlog = self.backlog + len(frame)
+        if backlog <= self.policy.max_backlog:
+            self.backlog = backlog
+            self.transport.write(frame)
+            return
+        self.stats.dropped += 1
+        self.dropped += 1
+        if not self.policy.drop:
+            self.send = _discard
+            self.close("slow consumer")
+
+    def close(self, reason: str) -> None:
+        """Close the connection for ``reason`` (first reason wins)."""
+        if self.close_reason is None:
+            self.close_reason = reason
+            self.closer(reason)
+
+    def kick(self, reason: str) -> None:
+        """The hub closes this session: its identity logged in elsewhere."""
+        self.send = _discard
+        self.close("kicked")
+
+    def __repr__(self) -> str:
+        return f"<Session {self.protocol} {self.identity or '-'} {self.host}>"
+
+
+def _discard(frame: bytes) -> None:
+    pass

@@ -1,0 +1,1 @@
+"""Built-in authentication schemes, one per module: ``open``, ``secret``, ``cert``."""

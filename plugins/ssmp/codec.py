@@ -1,0 +1,537 @@
+"""SSMP 1.1 codec, sans-IO: bytes in, frozen events out; values in, bytes out.
+
+Server side: :class:`RequestDecoder` turns the client's bytes into request events and
+raises :class:`~msgbroker.errors.RemoteProtocolError` at the first byte that breaks the
+grammar (the server then answers ``400`` and closes). Events parsed before the bad byte are
+yielded first, so nothing already accepted is lost. Client side: :class:`ReplyDecoder`
+turns the server's bytes into replies and events.
+
+Limits (DECISIONS.md): verb 1..16 upper-case letters, id 1..64 ID characters, text payload
+1..1024 bytes, binary payload = 2-byte big-endian (length - 1) then 1..1024 bytes; a binary
+payload may contain LF.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from attrs import frozen
+
+from msgbroker.errors import RemoteProtocolError
+
+MAX_PAYLOAD = 1024
+MAX_ID = 64
+MAX_VERB = 16
+#: the longest valid message: LOGIN id id binary-payload LF
+MAX_MESSAGE = len(b"LOGIN ") + MAX_ID + 1 + MAX_ID + 1 + 2 + MAX_PAYLOAD + 1
+
+_ID_RE = re.compile(rb"[A-Za-z0-9.:@/_\-+=~]{1,64}")
+_VERB_RE = re.compile(rb"[A-Z]{1,16}")
+_ID_STR_RE = re.compile(r"[A-Za-z0-9.:@/_\-+=~]{1,64}")
+_BINARY_FIRST = frozenset(b"\x00\x01\x02\x03")
+_LF = 10
+
+# -- events a server receives ---------------------------------------------------------------
+
+
+@frozen(slots=True)
+class Login:
+    identity: str
+    scheme: str
+    credential: bytes | None
+
+
+@frozen(slots=True)
+class Subscribe:
+    topic: str
+    presence: bool
+
+
+@frozen(slots=True)
+class Unsubscribe:
+    topic: str
+
+
+@frozen(slots=True)
+class Mcast:
+    """``line`` is the request as received, without LF: a server forwards
+    ``000 <from> `` + ``line`` unchanged, so the payload is never re-encoded."""
+
+    topic: str
+    payload: bytes
+    line: bytes
+
+
+@frozen(slots=True)
+class Ucast:
+    target: str
+    payload: bytes
+    line: bytes
+
+
+@frozen(slots=True)
+class Bcast:
+    payload: bytes
+    line: bytes
+
+
+@frozen(slots=True)
+class Ping:
+    pass
+
+
+@frozen(slots=True)
+class Pong:
+    pass
+
+
+@frozen(slots=True)
+class Close:
+    pass
+
+
+@frozen(slots=True)
+class UnknownVerb:
+    """A well-formed request with a verb this version does not know (answer ``501``)."""
+
+    verb: str
+
+
+Request = Login | Subscribe | Unsubscribe | Mcast | Ucast | Bcast | Ping | Pong | Close | UnknownVerb
+
+PING = Ping()
+PONG = Pong()
+CLOSE = Close()
+
+# -- events a client receives ---------------------------------------------------------------
+
+
+@frozen(slots=True)
+class Reply:
+    """A response: ``code`` (200, 400, 401, 404, 405, 409, 501) and optional payload."""
+
+    code: int
+    payload: bytes | None
+
+
+@frozen(slots=True)
+class Delivery:
+    """A forwarded MCAST/UCAST/BCAST: ``kind`` is the verb, ``to`` the topic or the target
+    identity (``None`` for BCAST)."""
+
+    sender: str
+    kind: str
+    to: str | None
+    payload: bytes
+
+
+@frozen(slots=True)
+class Presence:
+    """``000 <sender> SUBSCRIBE|UNSUBSCRIBE <topic> [PRESENCE]``."""
+
+    sender: str
+    topic: str
+    subscribed: bool
+    presence: bool
+
+
+@frozen(slots=True)
+class ServerPing:
+    sender: str
+
+
+@frozen(slots=True)
+class ServerPong:
+    sender: str
+
+
+ServerMessage = Reply | Delivery | Presence | ServerPing | ServerPong
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+class IdCache:
+    """Validated ids, bytes -> str. Topics repeat, so validation is mostly a dict hit."""
+
+    __slots__ = ("_known", "_limit")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._known: dict[bytes, str] = {}
+        self._limit = limit
+
+    def get(self, raw: bytes, what: str) -> str:
+        known = self._known.get(raw)
+        if known is not None:
+            return known
+        if _ID_RE.fullmatch(raw) is None:
+            raise RemoteProtocolError(f"bad {what}: {raw[:80]!r}")
+        if len(self._known) >= self._limit:
+            self._known.clear()
+        value = self._known[raw] = raw.decode("ascii")
+        return value
+
+
+def is_valid_id(value: str) -> bool:
+    """True if ``value`` can be an SSMP identifier or topic."""
+    return _ID_STR_RE.fullmatch(value) is not None
+
+
+def encode_payload(data: bytes) -> bytes | None:
+    """The wire form of ``data``: as text when it can be, else binary; ``None`` if SSMP
+    cannot carry it (empty or over 1024 bytes)."""
+    size = len(data)
+    if not 0 < size <= MAX_PAYLOAD:
+        return None
+    if data[0] > 3 and b"\n" not in data:
+        return data
+    return (size - 1).to_bytes(2, "big") + data
+
+
+def _payload_end(buf: bytes, start: int, nl: int) -> tuple[int, bytes] | None:
+    """Parse the payload starting at ``start``; ``nl`` is the first LF at or after ``start``
+    (or -1). Returns (index of its terminating LF, data), or ``None`` when more bytes are
+    needed. Raises for a malformed payload."""
+    if start >= len(buf):
+        return None
+    first = buf[start]
+    if first <= 3:
+        if start + 2 > len(buf):
+            return None
+        size = ((first << 8) | buf[start + 1]) + 1
+        if size > MAX_PAYLOAD:
+            raise RemoteProtocolError("binary payload longer than 1024 bytes")
+        end = start + 2 + size
+        if end >= len(buf):
+            return None
+        if buf[end] != _LF:
+            raise RemoteProtocolError("binary payload not followed by LF")
+        return end, buf[start + 2 : end]
+    if nl < 0:
+        return None
+    if nl == start:
+        raise RemoteProtocolError("empty payload")
+    if nl - start > MAX_PAYLOAD:
+        raise RemoteProtocolError("text payload longer than 1024 bytes")
+    return nl, buf[start:nl]
+
+
+# -- server side: requests ------------------------------------------------------------------
+
+
+class RequestDecoder:
+    """Incremental parser of client requests."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._ids = IdCache()
+
+    def feed(self, data: bytes) -> Iterator[Request]:
+        """Yield the complete requests in ``data`` (plus what was buffered).
+
+        Raises :class:`RemoteProtocolError` at the first grammar violation, after yielding
+        every request before it.
+        """
+        buf = self._buf + data if self._buf else data
+        pos = 0
+        size = len(buf)
+        parse = self._parse
+        while pos < size:
+            nl = buf.find(b"\n", pos)
+            result = parse(buf, pos, nl)
+            if result is None:
+                break
+            event, pos = result
+            yield event
+        rest = buf[pos:]
+        if len(rest) > MAX_MESSAGE:
+            self._buf = b""
+            raise RemoteProtocolError("message too long")
+        self._buf = rest
+
+    def _parse(self, buf: bytes, pos: int, nl: int) -> tuple[Request, int] | None:
+        """One request at ``pos``: (event, position after its LF), or None for more data.
+
+        Every message ends with LF, so without one nothing is complete yet. ``nl`` may lie
+        inside a binary payload (which can contain LF); the payload's length decides.
+        """
+        if nl < 0:
+            return self._need_more(buf, pos)
+        sp = buf.find(b" ", pos, nl)
+        verb = buf[pos : sp if sp >= 0 else nl]
+        if verb == b"MCAST":  # the hot path, inline
+            if sp < 0:
+                raise RemoteProtocolError("MCAST needs a topic and a payload")
+            sp2 = buf.find(b" ", sp + 1, nl)
+            if sp2 < 0:
+                raise RemoteProtocolError("MCAST needs a topic and a payload")
+            topic = self._ids.get(buf[sp + 1 : sp2], "topic")
+            parsed = _payload_end(buf, sp2 + 1, nl)
+            if parsed is None:
+                return self._need_more(buf, pos)
+            stop, payload = parsed
+            return Mcast(topic, payload, buf[pos:stop]), stop + 1
+        handler = _HANDLERS.get(verb)
+        if handler is not None:
+            return handler(self, buf, pos, sp, nl)
+        if _VERB_RE.fullmatch(verb) is None:
+            raise RemoteProtocolError(f"bad verb {verb[:20]!r}")
+        return self._compat(buf, pos, sp, nl)
+
+    @staticmethod
+    def _need_more(buf: bytes, pos: int) -> None:
+        if len(buf) - pos > MAX_MESSAGE:
+            raise RemoteProtocolError("message too long")
+        return None
+
+    def _bare(self, buf: bytes, pos: int, sp: int, nl: int) -> tuple[Request, int]:
+        if sp >= 0:
+            raise RemoteProtocolError("unexpected argument")
+        return _BARE[buf[pos:nl]], nl + 1
+
+    def _login(self, buf: bytes, pos: int, sp: int, nl: int) -> tuple[Request, int] | None:
+        if sp < 0:
+            raise RemoteProtocolError("LOGIN needs an identifier and a scheme")
+        sp2 = buf.find(b" ", sp + 1, nl)
+        if sp2 < 0:
+            raise RemoteProtocolError("LOGIN needs an identifier and a scheme")
+        identity = self._ids.get(buf[sp + 1 : sp2], "identifier")
+        sp3 = buf.find(b" ", sp2 + 1, nl)
+        if sp3 < 0:
+            scheme = self._ids.get(buf[sp2 + 1 : nl], "scheme")
+            return Login(identity, scheme, None), nl + 1
+        scheme = self._ids.get(buf[sp2 + 1 : sp3], "scheme")
+        parsed = _payload_end(buf, sp3 + 1, nl)
+        if parsed is None:
+            return self._need_more(buf, pos)
+        stop, credential = parsed
+        return Login(identity, scheme, credential), stop + 1
+
+    def _subscribe(self, buf: bytes, pos: int, sp: int, nl: int) -> tuple[Request, int]:
+        if sp < 0:
+            raise RemoteProtocolError("SUBSCRIBE needs a topic")
+        sp2 = buf.find(b" ", sp + 1, nl)
+        if sp2 < 0:
+            return Subscribe(self._ids.get(buf[sp + 1 : nl], "topic"), False), nl + 1
+        topic = self._ids.get(buf[sp + 1 : sp2], "topic")
+        if buf[sp2 + 1 : nl] != b"PRESENCE":
+            raise RemoteProtocolError("SUBSCRIBE option must be PRESENCE")
+        return Subscribe(topic, True), nl + 1
+
+    def _unsubscribe(self, buf: bytes, pos: int, sp: int, nl: int) -> tuple[Request, int]:
+        if sp < 0:
+            raise RemoteProtocolError("UNSUBSCRIBE needs a topic")
+        return Unsubscribe(self._ids.get(buf[sp + 1 : nl], "topic")), nl + 1
+
+    def _ucast(self, buf: bytes, pos: int, sp: int, nl: int) -> tuple[Request, int] | None:
+        if sp < 0:
+            raise RemoteProtocolError("UCAST needs a target and a payload")
+        sp2 = buf.find(b" ", sp + 1, nl)
+        if sp2 < 0:
+            raise RemoteProtocolError("UCAST needs a target and a payload")
+        target = self._ids.get(buf[sp + 1 : sp2], "target")
+        parsed = _payload_end(buf, sp2 + 1, nl)
+        if parsed is None:
+            return self._need_more(buf, pos)
+        stop, payload = parsed
+        return Ucast(target, payload, buf[pos:stop]), stop + 1
+
+    def _bcast(self, buf: bytes, pos: int, sp: int, nl: int) -> tuple[Request, int] | None:
+        if sp < 0:
+            raise RemoteProtocolError("BCAST needs a payload")
+        parsed = _payload_end(buf, sp + 1, nl)
+        if parsed is None:
+            return self._need_more(buf, pos)
+        stop, payload = parsed
+        return Bcast(payload, buf[pos:stop]), stop + 1
+
+    def _compat(self, buf: bytes, pos: int, sp: int, nl: int) -> tuple[Request, int] | None:
+        """``verb [SP id] [SP payload]`` with an unknown verb: 501 if well-formed."""
+        verb = buf[pos : sp if sp >= 0 else nl].decode("ascii")
+        if sp < 0:  # nothing after the verb
+            return UnknownVerb(verb), nl + 1
+        start = sp + 1
+        if buf[start] > 3:
+            sp2 = buf.find(b" ", start, nl)
+            token = buf[start : sp2 if sp2 >= 0 else nl]
+            if _ID_RE.fullmatch(token) is not None:
+                if sp2 < 0:
+                    return UnknownVerb(verb), nl + 1
+                start = sp2 + 1
+        parsed = _payload_end(buf, start, nl)
+        if parsed is None:
+            return self._need_more(buf, pos)
+        return UnknownVerb(verb), parsed[0] + 1
+
+
+_BARE: dict[bytes, Request] = {b"PING": PING, b"PONG": PONG, b"CLOSE": CLOSE}
+_HANDLERS = {
+    b"LOGIN": RequestDecoder._login,
+    b"SUBSCRIBE": RequestDecoder._subscribe,
+    b"UNSUBSCRIBE": RequestDecoder._unsubscribe,
+    b"UCAST": RequestDecoder._ucast,
+    b"BCAST": RequestDecoder._bcast,
+    b"PING": RequestDecoder._bare,
+    b"PONG": RequestDecoder._bare,
+    b"CLOSE": RequestDecoder._bare,
+}
+
+# -- client side: replies and events --------------------------------------------------------
+
+
+class ReplyDecoder:
+    """Incremental parser of what a server sends: replies and ``000`` events.
+
+    Raises :class:`RemoteProtocolError` for anything outside the grammar, including an
+    event with an unknown verb (a client must then close the connection).
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._ids = IdCache()
+
+    def feed(self, data: bytes) -> Iterator[ServerMessage]:
+        buf = self._buf + data if self._buf else data
+        pos = 0
+        while pos < len(buf):
+            nl = buf.find(b"\n", pos)
+            result = self._parse(buf, pos, nl)
+            if result is None:
+                break
+            event, pos = result
+            yield event
+        rest = buf[pos:]
+        if len(rest) > MAX_MESSAGE + 70:
+            self._buf = b""
+            raise RemoteProtocolError("message too long")
+        self._buf = rest
+
+    def _parse(self, buf: bytes, pos: int, nl: int) -> tuple[ServerMessage, int] | None:
+        if nl < 0:
+            return None
+        code_bytes = buf[pos : pos + 3]
+        if len(code_bytes) < 3 or not code_bytes.isdigit():
+            raise RemoteProtocolError(f"bad response code {code_bytes!r}")
+        after = pos + 3
+        if code_bytes != b"000":
+            if nl == after:
+                return Reply(int(code_bytes), None), nl + 1
+            if buf[after] != 0x20:
+                raise RemoteProtocolError("response code not followed by SP or LF")
+            parsed = _payload_end(buf, after + 1, nl)
+            if parsed is None:
+                return None
+            stop, payload = parsed
+            return Reply(int(code_bytes), payload), stop + 1
+        return self._event(buf, pos, after, nl)
+
+    def _event(self, buf: bytes, pos: int, after: int, nl: int) -> tuple[ServerMessage, int] | None:
+        end = nl
+        if buf[after] != 0x20:
+            raise RemoteProtocolError("000 not followed by SP")
+        sp1 = buf.find(b" ", after + 1, end)
+        if sp1 < 0:
+            raise RemoteProtocolError("event without a verb")
+        sender = self._ids.get(buf[after + 1 : sp1], "sender")
+        sp2 = buf.find(b" ", sp1 + 1, end)
+        verb = buf[sp1 + 1 : sp2 if sp2 >= 0 else end]
+        if verb in (b"PING", b"PONG"):
+            if sp2 >= 0:
+                raise RemoteProtocolError(f"{verb!r} event with arguments")
+            return (ServerPing(sender) if verb == b"PING" else ServerPong(sender)), nl + 1
+        if verb in (b"SUBSCRIBE", b"UNSUBSCRIBE"):
+            if sp2 < 0:
+                raise RemoteProtocolError("presence event without a topic")
+            sp3 = buf.find(b" ", sp2 + 1, nl)
+            topic = self._ids.get(buf[sp2 + 1 : sp3 if sp3 >= 0 else nl], "topic")
+            presence = False
+            if sp3 >= 0:
+                if verb != b"SUBSCRIBE" or buf[sp3 + 1 : nl] != b"PRESENCE":
+                    raise RemoteProtocolError("bad presence event option")
+                presence = True
+            return Presence(sender, topic, verb == b"SUBSCRIBE", presence), nl + 1
+        if verb in (b"MCAST", b"UCAST"):
+            if sp2 < 0:
+                raise RemoteProtocolError(f"{verb!r} event without a payload")
+            sp3 = buf.find(b" ", sp2 + 1, end)
+            if sp3 < 0:
+                raise RemoteProtocolError(f"{verb!r} event without a payload")
+            to = self._ids.get(buf[sp2 + 1 : sp3], "topic")
+            parsed = _payload_end(buf, sp3 + 1, nl)
+            if parsed is None:
+                return None
+            stop, payload = parsed
+            return Delivery(sender, verb.decode(), to, payload), stop + 1
+        if verb == b"BCAST":
+            if sp2 < 0:
+                raise RemoteProtocolError("BCAST event without a payload")
+            parsed = _payload_end(buf, sp2 + 1, nl)
+            if parsed is None:
+                return None
+            stop, payload = parsed
+            return Delivery(sender, "BCAST", None, payload), stop + 1
+        raise RemoteProtocolError(f"event with unknown verb {verb[:20]!r}")
+
+
+# -- encoders -------------------------------------------------------------------------------
+
+
+def encode_reply(code: int, payload: bytes | None = None) -> bytes:
+    """``code [SP payload] LF`` (``payload`` is raw data; binary-framed when needed)."""
+    if payload is None:
+        return b"%03d\n" % code
+    wire = encode_payload(payload)
+    if wire is None:
+        raise ValueError("payload cannot be carried by SSMP")
+    return b"%03d %s\n" % (code, wire)
+
+
+def _request(verb: bytes, *ids: str, payload: bytes | None = None) -> bytes:
+    parts = [verb]
+    for value in ids:
+        if not is_valid_id(value):
+            raise ValueError(f"not a valid SSMP id: {value!r}")
+        parts.append(value.encode("ascii"))
+    if payload is not None:
+        wire = encode_payload(payload)
+        if wire is None:
+            raise ValueError("payload must be 1..1024 bytes")
+        parts.append(wire)
+    return b" ".join(parts) + b"\n"
+
+
+def login(identity: str, scheme: str, credential: bytes | None = None) -> bytes:
+    return _request(b"LOGIN", identity, scheme, payload=credential)
+
+
+def subscribe(topic: str, presence: bool = False) -> bytes:
+    frame = _request(b"SUBSCRIBE", topic)
+    return frame[:-1] + b" PRESENCE\n" if presence else frame
+
+
+def unsubscribe(topic: str) -> bytes:
+    return _request(b"UNSUBSCRIBE", topic)
+
+
+def mcast(topic: str, payload: bytes) -> bytes:
+    return _request(b"MCAST", topic, payload=payload)
+
+
+def ucast(target: str, payload: bytes) -> bytes:
+    return _request(b"UCAST", target, payload=payload)
+
+
+def bcast(payload: bytes) -> bytes:
+    return _request(b"BCAST", payload=payload)
+
+
+def ping() -> bytes:
+    return b"PING\n"
+
+
+def pong() -> bytes:
+    return b"PONG\n"
+
+
+def close() -> bytes:
+    return b"CLOSE\n"

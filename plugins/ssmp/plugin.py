@@ -1,0 +1,35 @@
+"""The SSMP plugin: registers the ``ssmp`` protocol (default: tcp 4444 on loopback)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from msgbroker import hookimpl
+from msgbroker.broker import ProtocolSpec
+from msgbroker.connection import BrokerFactory
+
+from .protocol import SSMPServerProtocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from msgbroker.broker import Broker
+    from msgbroker.config import Listener
+
+DEFAULT_ENDPOINT = "tcp:4444:interface=127.0.0.1"
+
+
+def build_factory(broker: Broker, listener: Listener) -> BrokerFactory:
+    return BrokerFactory(SSMPServerProtocol, broker, listener)
+
+
+@hookimpl
+def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
+    register(
+        ProtocolSpec(
+            name="ssmp",
+            build_factory=build_factory,
+            default_endpoint=DEFAULT_ENDPOINT,
+            description="Stupid-Simple Messaging Protocol 1.1",
+        )
+    )

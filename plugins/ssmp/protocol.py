@@ -1,0 +1,258 @@
+"""SSMP server protocol: the thin Twisted adapter between the codec and the hub."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.logger import Logger
+
+from msgbroker.auth import Accept, LoginRequest
+from msgbroker.connection import BrokerProtocol
+from msgbroker.errors import (
+    AlreadySubscribed,
+    NoSuchIdentity,
+    NotAllowed,
+    NotSubscribed,
+    RemoteProtocolError,
+)
+from msgbroker.message import Kind, Message
+
+from . import codec
+
+log = Logger(namespace="msgbroker.ssmp")
+
+OK = b"200\n"
+BAD_REQUEST = b"400\n"
+NOT_FOUND = b"404\n"
+NOT_ALLOWED = b"405\n"
+CONFLICT = b"409\n"
+NOT_IMPLEMENTED = b"501\n"
+PONG_EVENT = b"000 . PONG\n"
+PING_EVENT = b"000 . PING\n"
+
+_VERB = {
+    Kind.MCAST: b"MCAST",
+    Kind.UCAST: b"UCAST",
+    Kind.BCAST: b"BCAST",
+    Kind.SUBSCRIBE: b"SUBSCRIBE",
+    Kind.UNSUBSCRIBE: b"UNSUBSCRIBE",
+}
+_valid_ids: dict[str, bytes | None] = {}
+
+
+def _wire_id(value: str | None) -> bytes | None:
+    """``value`` as SSMP id bytes, or None if it is not a valid SSMP id (memoized)."""
+    if value is None:
+        return None
+    known = _valid_ids.get(value, False)
+    if known is not False:
+        return known  # type: ignore[return-value]
+    wire = value.encode("ascii") if codec.is_valid_id(value) else None
+    if len(_valid_ids) > 8192:
+        _valid_ids.clear()
+    _valid_ids[value] = wire
+    return wire
+
+
+def encode_message(message: Message) -> bytes | None:
+    """The SSMP event for ``message``, or None when SSMP cannot carry it (a sender or topic
+    that is not a valid SSMP id, an empty payload or one over 1024 bytes)."""
+    sender = _wire_id(message.sender)
+    if sender is None:
+        return None
+    kind = message.kind
+    if kind is Kind.BCAST:
+        wire = codec.encode_payload(message.payload)
+        return None if wire is None else b"000 %s BCAST %s\n" % (sender, wire)
+    topic = _wire_id(message.topic)
+    if topic is None:
+        return None
+    if kind is Kind.SUBSCRIBE:
+        option = b" PRESENCE" if message.presence else b""
+        return b"000 %s SUBSCRIBE %s%s\n" % (sender, topic, option)
+    if kind is Kind.UNSUBSCRIBE:
+        return b"000 %s UNSUBSCRIBE %s\n" % (sender, topic)
+    wire = codec.encode_payload(message.payload)
+    if wire is None:
+        return None
+    return b"000 %s %s %s %s\n" % (sender, _VERB[kind], topic, wire)
+
+
+class SSMPServerProtocol(BrokerProtocol):
+    """One SSMP connection on the server side."""
+
+    name = "ssmp"
+    encode = staticmethod(encode_message)
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        self._decoder = codec.RequestDecoder()
+        self._prefix = b""
+        self._closing = False
+        self._write = self.transport.write
+        self._handle = self._handle_before_login
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._idle is not None:
+            self._idle.touch()
+        try:
+            for event in self._decoder.feed(data):
+                self._handle(event)
+                if self._closing:
+                    return
+        except RemoteProtocolError as e:
+            self._bad_request(str(e))
+
+    # -- before login ------------------------------------------------------------------------
+
+    def _handle_before_login(self, event: codec.Request) -> None:
+        if type(event) is not codec.Login:
+            self._bad_request("first request is not LOGIN")
+            return
+        session = self.session
+        request = LoginRequest(
+            protocol=self.name,
+            identity=event.identity,
+            scheme=event.scheme,
+            credential=event.credential,
+            host=session.host,
+            tls_names=self.peer_certificate_names(),
+        )
+        result = self.broker.login(session, request)
+        if not isinstance(result, Accept):
+            self._write(codec.encode_reply(401, " ".join(self.broker.enabled_schemes).encode()))
+            self._close("login refused")
+            return
+        identity = session.identity or result.identity
+        self._prefix = b"000 %s " % identity.encode("ascii")
+        self._handle = self._handle_request
+        self.logged_in()
+        self._write(OK)
+
+    # -- after login -------------------------------------------------------------------------
+
+    def _handle_request(self, event: codec.Request) -> None:
+        _DISPATCH[type(event)](self, event)
+
+    def _mcast(self, event: codec.Mcast) -> None:
+        session = self.session
+        if self.broker.authorizes and not self.broker.authorize(session, "publish", event.topic):
+            self._write(NOT_ALLOWED)
+            return
+        message = Message(Kind.MCAST, session.identity, "ssmp", event.topic, event.payload)  # type: ignore[arg-type]
+        message.preencode(encode_message, self._prefix + event.line + b"\n")
+        self.hub.multicast(session, message)
+        self._write(OK)
+
+    def _ucast(self, event: codec.Ucast) -> None:
+        session = self.session
+        if self.broker.authorizes and not self.broker.authorize(session, "unicast", event.target):
+            self._write(NOT_ALLOWED)
+            return
+        message = Message(Kind.UCAST, session.identity, "ssmp", event.target, event.payload)  # type: ignore[arg-type]
+        message.preencode(encode_message, self._prefix + event.line + b"\n")
+        try:
+            self.hub.unicast(message)
+        except NoSuchIdentity:
+            self._write(NOT_FOUND)
+            return
+        self._write(OK)
+
+    def _bcast(self, event: codec.Bcast) -> None:
+        session = self.session
+        if self.broker.authorizes and not self.broker.authorize(session, "broadcast", None):
+            self._write(NOT_ALLOWED)
+            return
+        message = Message(Kind.BCAST, session.identity, "ssmp", None, event.payload)  # type: ignore[arg-type]
+        message.preencode(encode_message, self._prefix + event.line + b"\n")
+        try:
+            self.hub.broadcast(session, message)
+        except NotAllowed:
+            self._write(NOT_ALLOWED)
+            return
+        self._write(OK)
+
+    def _subscribe(self, event: codec.Subscribe) -> None:
+        session = self.session
+        if self.broker.authorizes and not self.broker.authorize(session, "subscribe", event.topic):
+            self._write(NOT_ALLOWED)
+            return
+        try:
+            snapshot = self.hub.subscribe(session, event.topic, event.presence)
+        except NotAllowed:
+            self._write(NOT_ALLOWED)
+            return
+        except AlreadySubscribed:
+            self._write(CONFLICT)
+            return
+        self._write(OK)
+        for message in snapshot:
+            frame = message.encoded(encode_message)
+            if frame is not None:
+                self._write(frame)
+
+    def _unsubscribe(self, event: codec.Unsubscribe) -> None:
+        try:
+            self.hub.unsubscribe(self.session, event.topic)
+        except NotAllowed:
+            self._write(NOT_ALLOWED)
+            return
+        except NotSubscribed:
+            self._write(NOT_FOUND)
+            return
+        self._write(OK)
+
+    def _login_again(self, event: codec.Login) -> None:
+        self._write(NOT_ALLOWED)
+        self._close("second LOGIN")
+
+    def _ping(self, event: codec.Ping) -> None:
+        self._write(PONG_EVENT)
+
+    def _pong(self, event: codec.Pong) -> None:
+        pass  # never answer a PONG; receiving it already counted as activity
+
+    def _close_request(self, event: codec.Close) -> None:
+        self._write(OK)
+        self._close("CLOSE")
+
+    def _unknown(self, event: codec.UnknownVerb) -> None:
+        self._write(NOT_IMPLEMENTED)
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def send_keepalive(self) -> None:
+        self._write(PING_EVENT)
+
+    def _bad_request(self, why: str) -> None:
+        log.debug("ssmp {host}: 400: {why}", host=self.session.host, why=why)
+        self._write(BAD_REQUEST)
+        self._close(f"protocol error: {why}")
+
+    def _close(self, reason: str) -> None:
+        self._closing = True
+        self.session.close(reason)
+
+    def close_connection(self, reason: str) -> None:
+        self._closing = True
+        if reason == "login timeout":
+            # the spec: close *without* a response; nothing else was written
+            self.transport.abortConnection()  # type: ignore[attr-defined]
+            return
+        super().close_connection(reason)
+
+
+_DISPATCH: dict[type, Any] = {
+    codec.Mcast: SSMPServerProtocol._mcast,
+    codec.Ucast: SSMPServerProtocol._ucast,
+    codec.Bcast: SSMPServerProtocol._bcast,
+    codec.Subscribe: SSMPServerProtocol._subscribe,
+    codec.Unsubscribe: SSMPServerProtocol._unsubscribe,
+    codec.Login: SSMPServerProtocol._login_again,
+    codec.Ping: SSMPServerProtocol._ping,
+    codec.Pong: SSMPServerProtocol._pong,
+    codec.Close: SSMPServerProtocol._close_request,
+    codec.UnknownVerb: SSMPServerProtocol._unknown,
+}
