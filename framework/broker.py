@@ -9,7 +9,7 @@ hooks) without any decorator.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from attrs import frozen
@@ -41,12 +41,15 @@ class ProtocolSpec:
 
 
 class Broker:
-    """One broker. ``reactor`` is only used for timers (pass a ``Clock`` in tests)."""
+    """One broker. ``reactor`` is used for timers (pass a ``Clock`` in tests); ``plugins``
+    are plugin objects or modules registered after the built-ins and entry points."""
 
     #: lets :class:`msgbroker.plugins.PluginManager` treat ``msgbroker_*`` methods as hooks
     _msgbroker_subclass_hooks = True
 
-    def __init__(self, config: BrokerConfig | None = None, reactor: Any = None) -> None:
+    def __init__(
+        self, config: BrokerConfig | None = None, reactor: Any = None, plugins: Iterable[Any] = ()
+    ) -> None:
         if reactor is None:
             from twisted.internet import reactor as global_reactor
 
@@ -61,7 +64,7 @@ class Broker:
             max_backlog=self.config.max_backlog, drop=self.config.slow_consumer == "drop"
         )
         self.pm = build_plugin_manager(
-            self.config.plugins, self.config.no_plugins, extra=[self]
+            self.config.plugins, self.config.no_plugins, extra=[self, *plugins]
         )
         self.protocols: dict[str, ProtocolSpec] = {}
         self.pm.hook.msgbroker_register_protocols(register=self._register_protocol)

@@ -32,14 +32,14 @@ class IdleTimer:
     chunk and nothing per message.
     """
 
-    __slots__ = ("_call", "_clock", "_interval", "_on_dead", "_on_idle", "_pinged", "last")
+    __slots__ = ("_call", "_clock", "_interval", "_on_dead", "_on_idle", "_pinged_at", "last")
 
     def __init__(self, clock: Any, interval: float, on_idle: Any, on_dead: Any) -> None:
         self._clock = clock
         self._interval = interval
         self._on_idle = on_idle
         self._on_dead = on_dead
-        self._pinged = False
+        self._pinged_at: float | None = None
         self.last = clock.seconds()
         self._call: IDelayedCall | None = clock.callLater(interval, self._check)
 
@@ -50,16 +50,15 @@ class IdleTimer:
         now = self._clock.seconds()
         idle = now - self.last
         if idle < self._interval:
-            self._pinged = False
+            self._pinged_at = None
             self._call = self._clock.callLater(self._interval - idle, self._check)
-        elif not self._pinged:
-            self._pinged = True
-            self.last = now - self._interval  # the next check falls interval s from now
+        elif self._pinged_at is not None and self.last < self._pinged_at:
+            self._call = None  # pinged, and nothing at all came back since
+            self._on_dead()
+        else:
+            self._pinged_at = now
             self._call = self._clock.callLater(self._interval, self._check)
             self._on_idle()
-        else:
-            self._call = None
-            self._on_dead()
 
     def cancel(self) -> None:
         if self._call is not None and self._call.active():

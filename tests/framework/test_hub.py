@@ -1,0 +1,250 @@
+"""The hub on its own: pure routing, fake peers that record what they are sent."""
+
+from __future__ import annotations
+
+import pytest
+from attrs import define, field
+
+from msgbroker.errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
+from msgbroker.hub import Hub
+from msgbroker.message import ANONYMOUS, Kind, Message
+
+
+def encode_a(message: Message) -> bytes | None:
+    return b"A:%s:%s:%s:%s" % (
+        message.kind.value.encode(),
+        message.sender.encode(),
+        (message.topic or "").encode(),
+        message.payload,
+    )
+
+
+def encode_b(message: Message) -> bytes | None:
+    """Protocol B cannot carry payloads over 4 bytes (like SSMP and 1024)."""
+    if len(message.payload) > 4:
+        return None
+    return b"B:" + message.payload
+
+
+@define(eq=False)
+class FakePeer:
+    identity: str | None = None
+    protocol: str = "a"
+    encode: object = encode_a
+    subscriptions: dict = field(factory=dict)
+    sent: list = field(factory=list)
+    kicked: list = field(factory=list)
+
+    def send(self, frame: bytes) -> None:
+        self.sent.append(frame)
+
+    def kick(self, reason: str) -> None:
+        self.kicked.append(reason)
+
+
+@define(eq=False)
+class DroppingPeer(FakePeer):
+    """A slow consumer whose policy drops: it counts the drop instead of sending."""
+
+    drop: object = None
+
+    def send(self, frame: bytes) -> None:
+        self.drop()
+
+
+def peer(hub: Hub, identity: str, encode=encode_a, protocol="a") -> FakePeer:
+    p = FakePeer(protocol=protocol, encode=encode)
+    hub.login(p, identity)
+    return p
+
+
+def mcast(sender: str, topic: str, payload: bytes = b"x") -> Message:
+    return Message(Kind.MCAST, sender, "a", topic, payload)
+
+
+def test_login_registers_identity_and_new_login_kicks_old_holder():
+    hub = Hub()
+    old = peer(hub, "alice")
+    hub.subscribe(old, "t")
+    watcher = peer(hub, "w")
+    hub.subscribe(watcher, "t", presence=True)
+    new = peer(hub, "alice", encode=encode_b, protocol="b")
+    assert hub.lookup("alice") is new
+    assert old.kicked == ["identity logged in elsewhere"]
+    assert old.subscriptions == {}
+    assert watcher.sent[-1] == b"A:unsubscribe:alice:t:"
+    assert hub.stats.kicked == 1
+
+
+def test_anonymous_is_never_registered_and_may_coexist():
+    hub = Hub()
+    a1, a2 = peer(hub, ANONYMOUS), peer(hub, ANONYMOUS)
+    assert hub.lookup(ANONYMOUS) is None
+    assert not a1.kicked and not a2.kicked
+    with pytest.raises(NotAllowed):
+        hub.subscribe(a1, "t")
+    with pytest.raises(NotAllowed):
+        hub.unsubscribe(a1, "t")
+    with pytest.raises(NotAllowed):
+        hub.broadcast(a1, Message(Kind.BCAST, ".", "a", None, b"x"))
+    with pytest.raises(NoSuchIdentity):
+        hub.unicast(Message(Kind.UCAST, "x", "a", ANONYMOUS, b"x"))
+
+
+def test_second_login_on_one_peer_is_refused():
+    hub = Hub()
+    p = peer(hub, "alice")
+    with pytest.raises(NotAllowed):
+        hub.login(p, "bob")
+
+
+def test_multicast_reaches_subscribers_but_never_the_sender():
+    hub = Hub()
+    a, b, c = peer(hub, "a"), peer(hub, "b"), peer(hub, "c")
+    for p in (a, b):
+        hub.subscribe(p, "t")
+    assert hub.multicast(a, mcast("a", "t")) == 1
+    assert a.sent == []
+    assert b.sent == [b"A:mcast:a:t:x"]
+    assert c.sent == []
+
+
+def test_multicast_to_topic_without_subscribers_is_not_an_error():
+    hub = Hub()
+    a = peer(hub, "a")
+    assert hub.multicast(a, mcast("a", "nobody")) == 0
+
+
+def test_exact_topics_only():
+    hub = Hub()
+    a, b = peer(hub, "a"), peer(hub, "b")
+    hub.subscribe(b, "t/1")
+    hub.multicast(a, mcast("a", "t"))
+    hub.multicast(a, mcast("a", "t/12"))
+    assert b.sent == []
+
+
+def test_duplicate_subscribe_and_unknown_unsubscribe_are_refused():
+    hub = Hub()
+    a = peer(hub, "a")
+    hub.subscribe(a, "t")
+    with pytest.raises(AlreadySubscribed):
+        hub.subscribe(a, "t")
+    hub.unsubscribe(a, "t")
+    with pytest.raises(NotSubscribed):
+        hub.unsubscribe(a, "t")
+    assert hub.topics == {}
+
+
+def test_unicast_including_to_oneself():
+    hub = Hub()
+    a, b = peer(hub, "a"), peer(hub, "b")
+    assert hub.unicast(Message(Kind.UCAST, "a", "a", "b", b"hi")) == 1
+    assert b.sent == [b"A:ucast:a:b:hi"]
+    hub.unicast(Message(Kind.UCAST, "a", "a", "a", b"me"))
+    assert a.sent == [b"A:ucast:a:a:me"]
+    with pytest.raises(NoSuchIdentity):
+        hub.unicast(Message(Kind.UCAST, "a", "a", "zed", b"x"))
+
+
+def test_broadcast_is_deduplicated_across_shared_topics():
+    hub = Hub()
+    s, x, y, z = peer(hub, "s"), peer(hub, "x"), peer(hub, "y"), peer(hub, "z")
+    for t in ("t1", "t2"):
+        hub.subscribe(s, t)
+        hub.subscribe(x, t)
+    hub.subscribe(y, "t2")
+    hub.subscribe(z, "other")
+    n = hub.broadcast(s, Message(Kind.BCAST, "s", "a", None, b"hey"))
+    assert n == 2
+    assert x.sent == [b"A:bcast:s::hey"]
+    assert y.sent == [b"A:bcast:s::hey"]
+    assert z.sent == [] and s.sent == []
+
+
+def test_presence_snapshot_then_join_and_leave_events_in_order():
+    hub = Hub()
+    m1, m2 = peer(hub, "m1"), peer(hub, "m2")
+    hub.subscribe(m1, "t", presence=True)
+    hub.subscribe(m2, "t")
+    w = peer(hub, "w")
+    snapshot = hub.subscribe(w, "t", presence=True)
+    assert [(m.kind, m.sender, m.presence) for m in snapshot] == [
+        (Kind.SUBSCRIBE, "m1", True),
+        (Kind.SUBSCRIBE, "m2", False),
+    ]
+    # m1 watches presence: it saw m2 join, then w join (with the PRESENCE flag)
+    assert m1.sent == [b"A:subscribe:m2:t:", b"A:subscribe:w:t:"]
+    assert m2.sent == []  # not a watcher
+    hub.unsubscribe(m2, "t")
+    hub.close(m1)
+    assert w.sent == [b"A:unsubscribe:m2:t:", b"A:unsubscribe:m1:t:"]
+
+
+def test_close_leaves_every_topic_and_frees_identity():
+    hub = Hub()
+    a, w = peer(hub, "a"), peer(hub, "w")
+    hub.subscribe(w, "t1", presence=True)
+    hub.subscribe(w, "t2", presence=True)
+    hub.subscribe(a, "t1")
+    hub.subscribe(a, "t2")
+    w.sent.clear()
+    hub.close(a)
+    assert sorted(w.sent) == [b"A:unsubscribe:a:t1:", b"A:unsubscribe:a:t2:"]
+    assert hub.lookup("a") is None
+    hub.close(a)  # idempotent
+    assert len(w.sent) == 2
+
+
+def test_message_encoded_once_per_protocol_per_fan_out():
+    calls = []
+
+    def counting(message: Message) -> bytes:
+        calls.append(message)
+        return b"frame"
+
+    hub = Hub()
+    sender = peer(hub, "s")
+    receivers = [peer(hub, f"r{i}", encode=counting) for i in range(50)]
+    for r in receivers:
+        hub.subscribe(r, "t")
+    hub.multicast(sender, mcast("s", "t"))
+    assert len(calls) == 1
+    assert all(r.sent == [b"frame"] for r in receivers)
+
+
+def test_recipient_whose_protocol_cannot_carry_is_skipped_and_counted():
+    hub = Hub()
+    skips = []
+    hub.on_skip = lambda p, m: skips.append(p.identity)
+    s = peer(hub, "s")
+    a = peer(hub, "a")
+    b = peer(hub, "b", encode=encode_b, protocol="b")
+    for p in (a, b):
+        hub.subscribe(p, "t")
+    assert hub.multicast(s, mcast("s", "t", b"too long")) == 1
+    assert a.sent == [b"A:mcast:s:t:too long"]
+    assert b.sent == []
+    assert skips == ["b"]
+    assert hub.stats.skipped == 1
+    assert hub.multicast(s, mcast("s", "t", b"ok")) == 2
+    assert b.sent == [b"B:ok"]
+
+
+def test_observer_sees_per_protocol_counts_skips_and_drops():
+    hub = Hub()
+    seen = []
+    hub.observer = lambda m, r: seen.append((m.payload, dict(r.recipients), r.skipped, r.dropped))
+    s = peer(hub, "s")
+    a = peer(hub, "a")
+    b = peer(hub, "b", encode=encode_b, protocol="b")
+
+    c = DroppingPeer(encode=encode_a)
+    c.drop = lambda: setattr(hub.stats, "dropped", hub.stats.dropped + 1)
+    hub.login(c, "c")
+    for p in (a, b, c):
+        hub.subscribe(p, "t")
+    hub.multicast(s, mcast("s", "t", b"12345"))
+    assert seen == [(b"12345", {"a": 2}, 1, 1)]
+    hub.multicast(s, mcast("s", "nobody"))
+    assert seen[-1] == (b"x", {}, 0, 0)
