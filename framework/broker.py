@@ -57,7 +57,8 @@ class Broker:
         self.config = config or BrokerConfig()
         self.reactor = reactor
         self.hub = Hub()
-        self.sessions: set[Session] = set()
+        #: open sessions in the order they connected (a dict used as an ordered set)
+        self.sessions: dict[Session, None] = {}
         #: (listener, bound address text), filled by the service as listeners bind
         self.listening: list[tuple[Listener, str]] = []
         self.policy = OutputPolicy(
@@ -151,7 +152,7 @@ class Broker:
             host=host,
             tls_names=tls_names,
         )
-        self.sessions.add(session)
+        self.sessions[session] = None
         if self._opened is not None:
             self._opened(session=session)
         return session
@@ -160,7 +161,7 @@ class Broker:
         """The connection is gone: leave the hub (presence events) and tell the plugins."""
         if session not in self.sessions:
             return
-        self.sessions.discard(session)
+        del self.sessions[session]
         self.hub.close(session)
         if session.close_reason is None:
             session.close_reason = reason

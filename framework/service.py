@@ -163,11 +163,13 @@ class BrokerService(service.MultiService):
         # stop accepting, then close every session: each close sends its UNSUBSCRIBE events
         # to the sessions still open, which flush them before their own close
         yield super().stopService()
-        sessions = list(self.broker.sessions)
+        sessions = list(reversed(self.broker.sessions))  # newest first
         waits = [_connection_lost(s) for s in sessions]
-        for session in sessions:
+        for session in sessions:  # all presence events first, while every peer is open
+            session.close_reason = "shutdown"
             self.broker.session_closed(session, "shutdown")
-            session.close("shutdown")
+        for session in sessions:
+            session.closer("shutdown")
         if waits:
             timeout = self.reactor.callLater(SHUTDOWN_GRACE, _abort_all, sessions)
             yield defer.DeferredList(waits)
