@@ -17,7 +17,6 @@ import re
 from collections.abc import Iterator
 
 from attrs import frozen
-
 from msgbroker.errors import RemoteProtocolError
 
 MAX_PAYLOAD = 1024
@@ -98,7 +97,9 @@ class UnknownVerb:
     verb: str
 
 
-Request = Login | Subscribe | Unsubscribe | Mcast | Ucast | Bcast | Ping | Pong | Close | UnknownVerb
+Request = (
+    Login | Subscribe | Unsubscribe | Mcast | Ucast | Bcast | Ping | Pong | Close | UnknownVerb
+)
 
 PING = Ping()
 PONG = Pong()
@@ -282,7 +283,6 @@ class RequestDecoder:
     def _need_more(buf: bytes, pos: int) -> None:
         if len(buf) - pos > MAX_MESSAGE:
             raise RemoteProtocolError("message too long")
-        return None
 
     def _bare(self, buf: bytes, pos: int, sp: int, nl: int) -> tuple[Request, int]:
         if sp >= 0:
@@ -357,7 +357,15 @@ class RequestDecoder:
             if _ID_RE.fullmatch(token) is not None:
                 if sp2 < 0:
                     return UnknownVerb(verb), nl + 1
-                start = sp2 + 1
+                # ``verb SP id SP payload``, or else ``verb SP payload`` where the text
+                # payload merely starts like an id (``FOO x `` has payload ``"x "``).
+                try:
+                    parsed = _payload_end(buf, sp2 + 1, nl)
+                except RemoteProtocolError:
+                    parsed = _payload_end(buf, start, nl)
+                if parsed is None:
+                    return self._need_more(buf, pos)
+                return UnknownVerb(verb), parsed[0] + 1
         parsed = _payload_end(buf, start, nl)
         if parsed is None:
             return self._need_more(buf, pos)
@@ -478,6 +486,8 @@ class ReplyDecoder:
 
 def encode_reply(code: int, payload: bytes | None = None) -> bytes:
     """``code [SP payload] LF`` (``payload`` is raw data; binary-framed when needed)."""
+    if not 0 <= code <= 999:
+        raise ValueError(f"reply code must have 3 digits: {code}")
     if payload is None:
         return b"%03d\n" % code
     wire = encode_payload(payload)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import string
 
 import pytest
-
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.ssmp import codec
 from msgbroker.plugins.ssmp.codec import (
@@ -29,8 +28,8 @@ from msgbroker.plugins.ssmp.codec import (
     ServerPong,
     Subscribe,
     Ucast,
-    Unsubscribe,
     UnknownVerb,
+    Unsubscribe,
 )
 
 ID_CHARS = string.ascii_letters + string.digits + ".:@/_-+=~"
@@ -226,7 +225,9 @@ def test_malformed_cast_is_an_error(data):
     assert_bad_request(data)
 
 
-@pytest.mark.parametrize(("data", "event"), [(b"PING\n", PING), (b"PONG\n", PONG), (b"CLOSE\n", CLOSE)])
+@pytest.mark.parametrize(
+    ("data", "event"), [(b"PING\n", PING), (b"PONG\n", PONG), (b"CLOSE\n", CLOSE)]
+)
 def test_bare_requests(data, event):
     assert request(data) == event
 
@@ -453,9 +454,15 @@ STREAM = [
     (b"LOGIN alice secret pw\n", Login("alice", "secret", b"pw")),
     (b"SUBSCRIBE news PRESENCE\n", Subscribe("news", True)),
     (b"SUBSCRIBE t\n", Subscribe("t", False)),
-    (b"MCAST news \x00\x05a\nb\nc\n\n", Mcast("news", b"a\nb\nc\n", b"MCAST news \x00\x05a\nb\nc\n")),
+    (
+        b"MCAST news \x00\x05a\nb\nc\n\n",
+        Mcast("news", b"a\nb\nc\n", b"MCAST news \x00\x05a\nb\nc\n"),
+    ),
     (b"MCAST news hello\n", Mcast("news", b"hello", b"MCAST news hello")),
-    (b"UCAST bob \x00\n0123456789a\n", Ucast("bob", b"0123456789a", b"UCAST bob \x00\n0123456789a")),
+    (
+        b"UCAST bob \x00\n0123456789a\n",
+        Ucast("bob", b"0123456789a", b"UCAST bob \x00\n0123456789a"),
+    ),
     (b"BCAST yo\n", Bcast(b"yo", b"BCAST yo")),
     (b"UNSUBSCRIBE t\n", Unsubscribe("t")),
     (b"PING\n", PING),
@@ -546,7 +553,9 @@ def test_mcast_event():
 
 
 def test_ucast_event_with_binary_payload():
-    assert reply(b"000 bob UCAST alice \x00\x01\n\n\n") == Delivery("bob", "UCAST", "alice", b"\n\n")
+    assert reply(b"000 bob UCAST alice \x00\x01\n\n\n") == Delivery(
+        "bob", "UCAST", "alice", b"\n\n"
+    )
 
 
 def test_bcast_event():
@@ -636,7 +645,9 @@ def test_encode_payload_text_when_possible():
     assert codec.encode_payload(TEXT_1024) == TEXT_1024
 
 
-@pytest.mark.parametrize("data", [b"\x00", b"\x01a", b"\x02", b"\x03", b"a\nb", b"\n", b"\x00" * 1024])
+@pytest.mark.parametrize(
+    "data", [b"\x00", b"\x01a", b"\x02", b"\x03", b"a\nb", b"\n", b"\x00" * 1024]
+)
 def test_encode_payload_binary_when_needed(data):
     assert codec.encode_payload(data) == binary(data)
 
@@ -722,9 +733,12 @@ def test_reply_encoder_and_forwarded_lines_round_trip(payload):
     data = (
         codec.encode_reply(200, payload)
         + codec.encode_reply(404)
-        + b"000 bob " + mcast_line
-        + b"000 bob " + ucast_line
-        + b"000 bob " + bcast_line
+        + b"000 bob "
+        + mcast_line
+        + b"000 bob "
+        + ucast_line
+        + b"000 bob "
+        + bcast_line
     )
     assert replies(data) == [
         Reply(200, payload),
