@@ -116,6 +116,8 @@ class SSMPClientProtocol(Protocol):
         self._message_callback = on_message
         self._presence_callback = on_presence
         self.identity: str | None = None
+        #: how many server PINGs this client answered with PONG
+        self.pings_answered = 0
         self._decoder = codec.ReplyDecoder()
         self._replies: deque[defer.Deferred[None]] = deque()
         self._pongs: deque[defer.Deferred[None] | None] = deque()
@@ -240,6 +242,7 @@ class SSMPClientProtocol(Protocol):
         elif isinstance(message, Presence):
             self._deliver(self.on_presence, message)
         elif isinstance(message, codec.ServerPing):
+            self.pings_answered += 1
             self.transport.write(codec.pong())  # type: ignore[union-attr]
         else:  # ServerPong
             self._pinged_at = None
@@ -417,6 +420,8 @@ class BlockingSSMPClient:
         self.timeout = timeout
         self.keepalive = keepalive
         self.closed = False
+        #: how many server PINGs this client answered with PONG
+        self.pings_answered = 0
         self._decoder = codec.ReplyDecoder()
         self._events: deque[Delivery | Presence] = deque()
         self._replies: deque[codec.Reply] = deque()
@@ -581,6 +586,7 @@ class BlockingSSMPClient:
             self._waiting -= 1
             self._replies.append(message)
         elif isinstance(message, codec.ServerPing):
+            self.pings_answered += 1
             self._send(codec.pong())
         elif isinstance(message, codec.ServerPong):
             self._pongs_received += 1
