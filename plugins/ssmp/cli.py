@@ -125,9 +125,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ucast.add_argument("target", type=_id, metavar="ID")
     ucast.add_argument("message", type=_message, metavar="MESSAGE", help="the payload; - as pub")
     bcast = actions.add_parser(
-        "bcast", parents=[common], help="send MESSAGE to every client sharing a topic with --id"
+        "bcast", parents=[common], help="send MESSAGE to every client sharing a topic with us",
+        description="BCAST reaches every client that shares at least one topic with the sender: "
+        "use --join to subscribe to those topics first.",
     )
     bcast.add_argument("message", type=_message, metavar="MESSAGE", help="the payload; - as pub")
+    bcast.add_argument(
+        "--join", action="append", type=_id, default=[], metavar="TOPIC",
+        help="subscribe to TOPIC before broadcasting (repeatable)",
+    )
 
 
 # -- running ----------------------------------------------------------------------------------
@@ -246,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _send(client: BlockingSSMPClient, args: argparse.Namespace) -> None:
+    _join(client, args)
     for payload in _payloads(args.message, sys.stdin.buffer):
         _check_payload(payload)
         if args.action == "pub":
@@ -256,10 +263,20 @@ def _send(client: BlockingSSMPClient, args: argparse.Namespace) -> None:
             client.bcast(payload)
 
 
+def _join(client: BlockingSSMPClient, args: argparse.Namespace) -> None:
+    for topic in getattr(args, "join", ()):
+        client.subscribe(topic)
+
+
 def _subscribe(client: BlockingSSMPClient, args: argparse.Namespace) -> int:
     try:
         for topic in args.topics:
             client.subscribe(topic, presence=args.presence)
+        sys.stderr.write(
+            f"msgbroker: subscribed to {' '.join(args.topics)} as {client.identity} "
+            f"on {args.host}:{args.port}; Ctrl-C to stop\n"
+        )
+        sys.stderr.flush()
         for event in client.events():
             if isinstance(event, Presence) and not args.presence:
                 continue

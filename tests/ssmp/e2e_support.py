@@ -134,7 +134,8 @@ def running_broker(
         host, port = parse_address(service.broker.listening[0][1])
         yield RunningBroker(service, host, port, thread)
     finally:
-        thread.call(service.stopService)
+        if service.running:
+            thread.call(service.stopService)
 
 
 # -- a broker in a subprocess: twistd -n msgbroker --------------------------------------------
