@@ -1,0 +1,429 @@
+"""Raw-socket clients: connect-and-login, a byte-counting multi-socket reader, a publisher
+process and an echo process. Everything waits with a deadline; nothing parses per message
+on the measured path except the echo client (which must, to answer)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import multiprocessing
+import os
+import select
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+
+from procs import HOST
+from wire import parse_mqtt_packets
+
+_fork = multiprocessing.get_context("fork")
+TCP_STATES = {1: "ESTABLISHED", 7: "CLOSE (reset)", 8: "CLOSE_WAIT (server closed)"}
+
+
+class BenchError(Exception):
+    """A scenario could not run as designed (setup failed, timeout, wrong bytes)."""
+
+
+def recv_exactly(sock: socket.socket, n: int, timeout: float) -> bytes:
+    """Read exactly ``n`` bytes (never more, so nothing after them is consumed)."""
+    deadline = time.monotonic() + timeout
+    buf = bytearray()
+    while len(buf) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BenchError(f"timed out waiting for {n} bytes, got {bytes(buf)!r}")
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(n - len(buf))
+        except TimeoutError:
+            continue
+        if not chunk:
+            raise BenchError(f"connection closed after {bytes(buf)!r}, wanted {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def open_client(
+    port: int, setup: bytes, expect: bytes, timeout: float = 10.0, rcvbuf: int | None = None
+) -> socket.socket:
+    """Connect, send ``setup``, check the answer is exactly ``expect``; blocking socket."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        _setup(sock, port, setup, expect, timeout, rcvbuf)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _setup(sock, port, setup, expect, timeout, rcvbuf) -> None:
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.settimeout(timeout)
+    sock.connect((HOST, port))
+    sock.sendall(setup)
+    got = recv_exactly(sock, len(expect), timeout)
+    if got != expect:
+        raise BenchError(f"setup answered {got!r}, expected {expect!r}")
+    sock.settimeout(timeout)
+
+
+def open_many(
+    port: int, setups: list[tuple[bytes, bytes]], *, window: int = 40, timeout: float = 120.0,
+    progress: bool = False,
+) -> list[socket.socket]:
+    """Open one connection per ``(setup, expected answer)``, at most ``window`` in progress
+    at once (below the listen backlog, so no SYN is dropped and retried), all non-blocking.
+    Returns the sockets in order; raises :class:`BenchError` on any failure or the deadline."""
+    socks: list[socket.socket] = []
+    try:
+        _open_many(port, setups, socks, window, timeout, progress)
+    except BaseException:
+        close_all(socks)
+        raise
+    return socks
+
+
+def close_all(socks) -> None:
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def _open_many(port, setups, socks, window, timeout, progress) -> None:
+    ep = select.epoll()
+    pending: dict[int, list] = {}  # fd -> [index, sock, connected, answer bytes]
+    done = 0
+    deadline = time.monotonic() + timeout
+    last_report = time.monotonic()
+    try:
+        while done < len(setups):
+            while len(socks) < len(setups) and len(pending) < window:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.setblocking(False)
+                err = sock.connect_ex((HOST, port))
+                if err not in (0, errno.EINPROGRESS):
+                    raise BenchError(f"connect #{len(socks) - 1}: {errno.errorcode.get(err, err)}")
+                pending[sock.fileno()] = [len(socks) - 1, sock, False, bytearray()]
+                ep.register(sock.fileno(), select.EPOLLOUT)
+            if time.monotonic() > deadline:
+                raise BenchError(f"opened only {done} of {len(setups)} connections in {timeout} s")
+            for fd, _ in ep.poll(0.5):
+                entry = pending[fd]
+                index, sock, connected, answer = entry
+                if not connected:
+                    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err:
+                        raise BenchError(f"connect #{index}: {errno.errorcode.get(err, err)}")
+                    sock.sendall(setups[index][0])  # small: fits the empty send buffer
+                    entry[2] = True
+                    ep.modify(fd, select.EPOLLIN)
+                    continue
+                try:
+                    chunk = sock.recv(4096)
+                except BlockingIOError:
+                    continue
+                except OSError as e:
+                    raise BenchError(f"connection #{index}: {e}") from None
+                if not chunk:
+                    raise BenchError(f"connection #{index} closed during setup ({bytes(answer)!r})")
+                answer += chunk
+                expect = setups[index][1]
+                if len(answer) >= len(expect):
+                    if bytes(answer) != expect:
+                        raise BenchError(f"connection #{index}: {bytes(answer)!r} != {expect!r}")
+                    ep.unregister(fd)
+                    del pending[fd]
+                    done += 1
+            if progress and time.monotonic() - last_report > 2.0:
+                last_report = time.monotonic()
+                print(f"      ... {done}/{len(setups)} connections", flush=True)
+    finally:
+        ep.close()
+
+
+@dataclass
+class Received:
+    expected_each: int
+    counts: list[int]
+    t_first: float | None = None
+    t_last: float | None = None
+    completed: int = 0
+    eof: list[int] = field(default_factory=list)
+    tail_ok: int = 0
+    tail_bad: int = 0
+    timed_out: bool = False
+
+    @property
+    def elapsed(self) -> float | None:
+        if self.t_first is None or self.t_last is None:
+            return None
+        return self.t_last - self.t_first
+
+
+def receive_counts(
+    socks: list[socket.socket], expected_each: int, *, last_frame: bytes, idle_timeout: float,
+    deadline: float,
+) -> Received:
+    """Read every socket until it has delivered ``expected_each`` bytes, counting bytes only.
+
+    Times the first byte seen on any socket to the moment the last socket completes. The
+    final frame of every stream is compared with ``last_frame`` (a framing/order check).
+    Stops early after ``idle_timeout`` s without data or at ``deadline`` (monotonic)."""
+    result = Received(expected_each, [0] * len(socks))
+    if not socks:
+        return result
+    ep = select.epoll()
+    tail_len = len(last_frame)
+    # fd -> [index, sock, count, tail]
+    active = {s.fileno(): [i, s, 0, b""] for i, s in enumerate(socks)}
+    for sock in socks:
+        sock.setblocking(False)
+        ep.register(sock.fileno(), select.EPOLLIN)
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    counts = result.counts
+    perf = time.perf_counter
+    last_data = time.monotonic()
+    try:
+        while active:
+            events = ep.poll(0.1)
+            if not events:
+                now = time.monotonic()
+                if now - last_data > idle_timeout or now > deadline:
+                    result.timed_out = True
+                    break
+                continue
+            for fd, _ in events:
+                entry = active[fd]
+                try:
+                    n = entry[1].recv_into(buf)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    n = 0
+                if n == 0:
+                    result.eof.append(entry[0])
+                    counts[entry[0]] = entry[2]
+                    ep.unregister(fd)
+                    del active[fd]
+                    continue
+                if result.t_first is None:
+                    result.t_first = perf()
+                count = entry[2] + n
+                entry[2] = count
+                if count > expected_each - tail_len:
+                    entry[3] = (entry[3] + bytes(view[:n]))[-tail_len:]
+                if count >= expected_each:
+                    result.t_last = perf()
+                    result.completed += 1
+                    counts[entry[0]] = count
+                    if count == expected_each and entry[3] == last_frame:
+                        result.tail_ok += 1
+                    else:
+                        result.tail_bad += 1
+                    ep.unregister(fd)
+                    del active[fd]
+            last_data = time.monotonic()
+            if last_data > deadline:
+                result.timed_out = True
+                break
+    finally:
+        ep.close()
+        for entry in active.values():
+            counts[entry[0]] = entry[2]
+    return result
+
+
+def tcp_state(sock: socket.socket) -> str:
+    """The kernel's TCP state of ``sock`` (ESTABLISHED, CLOSE after a reset, ...)."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    state = info[0]
+    return TCP_STATES.get(state, f"state {state}")
+
+
+# -- publisher: a child process that blasts a pre-encoded buffer ---------------------------
+
+
+def _publisher_main(sock, data, reply_bytes, conn, stop, timeout) -> None:
+    """Send ``data`` as fast as the socket takes it while reading (and discarding) the
+    server's per-publish replies; then wait for ``stop`` before closing."""
+    result = {"sent": 0, "replies": 0, "error": None}
+    try:
+        sock.setblocking(False)
+        view = memoryview(data)
+        total = len(data)
+        sent = 0
+        got = 0
+        rbuf = bytearray(1 << 18)
+        ep = select.epoll()
+        ep.register(sock.fileno(), select.EPOLLIN | select.EPOLLOUT)
+        deadline = time.monotonic() + timeout
+        t0 = time.perf_counter()
+        writing = True
+        while (sent < total or got < reply_bytes) and time.monotonic() < deadline:
+            for _, events in ep.poll(0.2):
+                if events & select.EPOLLIN:
+                    try:
+                        n = sock.recv_into(rbuf)
+                    except BlockingIOError:
+                        n = -1
+                    if n == 0:
+                        result["error"] = "server closed the publisher's connection"
+                        stop.set()
+                        break
+                    if n > 0:
+                        got += n
+                if writing and events & select.EPOLLOUT:
+                    with contextlib.suppress(BlockingIOError):
+                        sent += sock.send(view[sent : sent + (1 << 18)])
+                    if sent >= total:
+                        writing = False
+                        result["send_seconds"] = time.perf_counter() - t0
+                        ep.modify(sock.fileno(), select.EPOLLIN)
+            if stop.is_set():
+                break
+        result["sent"] = sent
+        result["replies"] = got
+        times = os.times()
+        result["cpu_seconds"] = times.user + times.system
+        ep.close()
+    except Exception as e:  # reported to the parent, never raised in the child
+        result["error"] = f"{type(e).__name__}: {e}"
+    conn.send(result)
+    stop.wait(timeout)
+    sock.close()
+
+
+class Publisher:
+    """A forked process publishing ``data`` on the already logged-in ``sock``."""
+
+    def __init__(self, sock: socket.socket, data: bytes, reply_bytes: int, timeout: float):
+        self.stop_event = _fork.Event()
+        self.parent, child = _fork.Pipe(duplex=False)
+        self.proc = _fork.Process(
+            target=_publisher_main,
+            args=(sock, data, reply_bytes, child, self.stop_event, timeout),
+            daemon=True,
+        )
+        self.proc.start()
+        sock.close()  # the child holds its own copy
+
+    def finish(self, timeout: float = 10.0) -> dict:
+        result: dict = {"error": "publisher reported nothing"}
+        if self.parent.poll(timeout):
+            result = self.parent.recv()
+        self.stop_event.set()
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5.0)
+        return result
+
+
+# -- echo: a child process that answers every message ------------------------------------
+
+
+def _echo_ssmp(sock, peer: bytes, me: bytes, stop, deadline) -> int:
+    prefix = b"000 %s UCAST %s " % (peer, me)
+    reply = b"UCAST %s " % peer
+    buf = b""
+    echoed = 0
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        out = []
+        for line in lines:
+            if line.startswith(prefix):
+                out.append(reply + line[len(prefix) :] + b"\n")
+            elif line == b"000 . PING":
+                out.append(b"PONG\n")
+            elif line != b"200":
+                raise BenchError(f"echo got unexpected {line[:80]!r}")
+        if out:
+            sock.sendall(b"".join(out))
+            echoed += len(out)
+    return echoed
+
+
+def _echo_mqtt(sock, reply_topic: bytes, stop, deadline) -> int:
+    buf = bytearray()
+    echoed = 0
+    topic = struct.pack("!H", len(reply_topic)) + reply_topic
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        if not chunk:
+            break
+        buf += chunk
+        out = []
+        for header, body in parse_mqtt_packets(buf):
+            if header & 0xF0 == 0x30:
+                (tlen,) = struct.unpack_from("!H", body)
+                msg = topic + body[2 + tlen :]
+                out.append(b"\x30" + _len_byte(len(msg)) + msg)
+        if out:
+            sock.sendall(b"".join(out))
+            echoed += len(out)
+    return echoed
+
+
+def _len_byte(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _echo_main(sock, kind, args, conn, stop, timeout) -> None:
+    result: dict = {"echoed": 0, "error": None}
+    try:
+        sock.settimeout(0.2)
+        deadline = time.monotonic() + timeout
+        if kind == "ssmp":
+            result["echoed"] = _echo_ssmp(sock, *args, stop, deadline)
+        else:
+            result["echoed"] = _echo_mqtt(sock, *args, stop, deadline)
+    except Exception as e:
+        result["error"] = f"{type(e).__name__}: {e}"
+    conn.send(result)
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class Echo:
+    """A forked process echoing on the already logged-in/subscribed ``sock``."""
+
+    def __init__(self, sock: socket.socket, kind: str, args: tuple, timeout: float):
+        self.stop_event = _fork.Event()
+        self.parent, child = _fork.Pipe(duplex=False)
+        self.proc = _fork.Process(
+            target=_echo_main, args=(sock, kind, args, child, self.stop_event, timeout),
+            daemon=True,
+        )
+        self.proc.start()
+        sock.close()
+
+    def finish(self, timeout: float = 10.0) -> dict:
+        self.stop_event.set()
+        result: dict = {"error": "echo reported nothing"}
+        if self.parent.poll(timeout):
+            result = self.parent.recv()
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5.0)
+        return result

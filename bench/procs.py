@@ -1,0 +1,298 @@
+"""The servers under test (msgbroker, Mosquitto) and py-spy, as child processes.
+
+Every process started here is remembered and ended by its own pid (SIGTERM, then SIGKILL
+after a timeout) when its ``with`` block ends, and again at interpreter exit as a last resort.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HOST = "127.0.0.1"
+_started: dict[int, subprocess.Popen] = {}
+
+
+def _cleanup_all() -> None:
+    for proc in list(_started.values()):
+        stop_process(proc, timeout=3.0)
+
+
+atexit.register(_cleanup_all)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0, sig: int = signal.SIGTERM) -> int:
+    """End ``proc`` (ours) by pid: ``sig``, wait up to ``timeout``, then SIGKILL."""
+    try:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait(5.0)
+    finally:
+        _started.pop(proc.pid, None)
+    return proc.returncode
+
+
+def spawn(argv: list[str], *, log: Path, cpus: set[int] | None, **kw) -> subprocess.Popen:
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=pin, **kw,  # noqa: PLW1509 (no threads here)
+        )
+    _started[proc.pid] = proc
+    return proc
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` in KiB (VmRSS from /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far (from /proc/PID/stat)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def core_times() -> dict[int, tuple[int, int]]:
+    """Per core: (busy, total) jiffies from /proc/stat (busy excludes idle and iowait)."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu") and line[3:4].isdigit():
+            name, *values = line.split()
+            numbers = [int(v) for v in values[:8]]
+            total = sum(numbers)
+            out[int(name[3:])] = (total - numbers[3] - numbers[4], total)
+    return out
+
+
+def core_busy(before: dict, after: dict) -> dict[int, float]:
+    """Share of each core's time spent busy between two :func:`core_times` readings."""
+    shares = {}
+    for core, (busy, total) in after.items():
+        b0, t0 = before.get(core, (0, 0))
+        shares[core] = (busy - b0) / (total - t0) if total > t0 else 0.0
+    return shares
+
+
+def tcp_send_queue(local_port: int, remote_port: int) -> int | None:
+    """Bytes queued in the kernel (unsent + unacknowledged) on the 127.0.0.1 socket
+    ``local_port`` -> ``remote_port``, from /proc/net/tcp; None if there is none."""
+    want_local = f"0100007F:{local_port:04X}"
+    want_remote = f"0100007F:{remote_port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == want_local and fields[2] == want_remote:
+            return int(fields[4].split(":")[0], 16)
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_connectable(port: int, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with status {proc.returncode} before listening")
+        with socket.socket() as s:
+            s.settimeout(1.0)
+            if s.connect_ex((HOST, port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {HOST}:{port} after {timeout:.0f} s")
+
+
+class Server:
+    """A running server: ``kind`` (``ssmp`` or ``mosquitto``), ``port``, ``pid``, ``log``."""
+
+    kind: str
+    port: int
+    proc: subprocess.Popen
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss_kib(self) -> int:
+        return rss_kib(self.pid)
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> int:
+        return stop_process(self.proc, timeout=20.0)
+
+    def log_problems(self) -> list[str]:
+        """Lines of the server's log that look like errors (tracebacks, unhandled errors)."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return []
+        pattern = re.compile(r"Traceback|Unhandled|CRITICAL|\bError\b")
+        return [line for line in text.splitlines() if pattern.search(line)]
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Broker(Server):
+    """``twistd -n msgbroker`` with one SSMP listener on loopback and ``open`` login."""
+
+    kind = "ssmp"
+
+    def __init__(
+        self, python: str, log: Path, cpus: set[int] | None, extra: list[str], timeout: float = 30.0
+    ) -> None:
+        self.log = log
+        argv = [
+            python, "-c", "from twisted.scripts.twistd import run; run()",
+            "-n", "--pidfile=", "msgbroker",
+            "--listen", f"ssmp=tcp:0:interface={HOST}", "--auth", "open", *extra,
+        ]
+        self.argv = argv
+        self.proc = spawn(argv, log=log, cpus=cpus)
+        self.port = self._wait_for_port(timeout)
+        wait_connectable(self.port, self.proc, timeout)
+
+    def _wait_for_port(self, timeout: float) -> int:
+        pattern = re.compile(rb"ssmp listening on tcp:127\.0\.0\.1:(\d+)")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = pattern.search(self.log.read_bytes())
+            if match:
+                return int(match.group(1))
+            if self.proc.poll() is not None:
+                tail = self.log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"broker exited ({self.proc.returncode}):\n{tail}")
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"broker did not log its SSMP port within {timeout:.0f} s ({self.log})")
+
+
+def find_mosquitto(explicit: str | None) -> str | None:
+    if explicit:
+        return explicit
+    return shutil.which("mosquitto") or next(
+        (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if os.path.exists(p)),
+        None,
+    )
+
+
+class Mosquitto(Server):
+    """``mosquitto -c CONFIG``: one listener on loopback, anonymous allowed, no persistence."""
+
+    kind = "mosquitto"
+
+    def __init__(
+        self, binary: str, workdir: Path, cpus: set[int] | None, queue_limit: int,
+        timeout: float = 30.0,
+    ) -> None:
+        self.port = free_port()
+        self.log = workdir / "mosquitto.log"
+        self.config = workdir / "mosquitto.conf"
+        self.config.write_text(
+            f"listener {self.port} {HOST}\n"
+            "allow_anonymous true\n"
+            "persistence false\n"
+            # 0 = no limit: QoS 0 messages to a subscriber that is behind are queued rather
+            # than silently dropped past 1000 (mosquitto's default), so every scenario
+            # measures complete delivery, as it does for msgbroker
+            f"max_queued_messages {queue_limit}\n"
+            "log_dest stdout\n"
+            "log_type error\nlog_type warning\n"
+        )
+        self.argv = [binary, "-c", str(self.config)]
+        self.proc = spawn(self.argv, log=self.log, cpus=cpus)
+        wait_connectable(self.port, self.proc, timeout)
+
+
+class Profiler:
+    """``py-spy record --pid PID`` around one measurement; collapsed stacks (``raw``)."""
+
+    def __init__(self, pid: int, out: Path, rate: int, timeout: float = 20.0) -> None:
+        binary = shutil.which("py-spy")
+        if binary is None:
+            raise RuntimeError("py-spy not found (pip install py-spy)")
+        self.out = out
+        self.console = out.with_suffix(".console")
+        argv = [
+            binary, "record", "--pid", str(pid), "--rate", str(rate), "--idle", "--threads",
+            "--nonblocking", "--format", "raw", "--output", str(out),
+        ]
+        self.proc = spawn(argv, log=self.console, cpus=None)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.console.read_text(errors="replace")
+            if "Sampling process" in text:
+                time.sleep(0.2)  # let it take its first samples
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"py-spy exited ({self.proc.returncode}): {text.strip()}")
+            time.sleep(0.05)
+        stop_process(self.proc, timeout=5.0)
+        raise TimeoutError("py-spy did not start sampling")
+
+    def stop(self) -> Path:
+        """Stop recording (SIGINT makes py-spy write its output) and return the file."""
+        stop_process(self.proc, timeout=30.0, sig=signal.SIGINT)
+        if not self.out.exists():
+            text = self.console.read_text(errors="replace")
+            raise RuntimeError(f"py-spy wrote no output: {text.strip()}")
+        return self.out
+
+
+def raise_nofile(wanted: int) -> int:
+    """Raise RLIMIT_NOFILE (soft, up to the hard limit) for this process and its children."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(wanted, soft)
+    if target > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def pin_self(cpus: set[int] | None) -> None:
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+
+
+def default_python() -> str:
+    return sys.executable

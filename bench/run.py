@@ -1,0 +1,353 @@
+"""msgbroker benchmark harness: SSMP on msgbroker against MQTT 3.1.1 QoS 0 on Mosquitto.
+
+    python bench/run.py [--only ssmp|mosquitto] [--scenarios mcast,fanout,latency,stalled,idle]
+                        [--quick] [--repeat N] [--profile] [--python PATH]
+
+Starts each server as a separate process (a fresh one per scenario), pinned to one core,
+with the clients pinned to another, drives it with raw-socket clients sending pre-encoded
+frames, and prints every figure with the ours/Mosquitto ratio. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import procs
+import scenarios
+from clients import BenchError
+from profile_summary import format_summary, summarize, to_speedscope
+from wire import PROTOCOLS
+
+HERE = Path(__file__).resolve().parent
+ALIASES = {"1": "mcast", "2": "fanout", "3": "latency", "4": "stalled", "5": "idle"}
+TARGETS = {
+    ("mcast", "deliveries_per_s"): 1.5,
+    ("fanout", "deliveries_per_s"): 5.0,
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--only", choices=["ssmp", "mosquitto"], help="drive one server only")
+    p.add_argument(
+        "--scenarios", default="mcast,fanout,latency,stalled,idle",
+        help="comma-separated names or numbers (1 mcast, 2 fanout, 3 latency, 4 stalled, 5 idle)",
+    )
+    p.add_argument("--quick", action="store_true", help="a tenth of every count (smoke test)")
+    p.add_argument("--repeat", type=int, default=1, help="runs per scenario and server; medians")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter that has msgbroker installed [this one]")
+    p.add_argument("--mosquitto", help="mosquitto binary [from PATH or /usr/sbin]")
+    p.add_argument("--mosquitto-queue-limit", type=int, default=0,
+                   help="mosquitto max_queued_messages; 0 = unlimited, so QoS 0 is never "
+                        "dropped [0]")
+    p.add_argument("--max-backlog", help="passed to the broker (bytes)")
+    p.add_argument("--slow-consumer", choices=["drop", "disconnect"],
+                   help="passed to the broker")
+    p.add_argument("--broker-arg", action="append", default=[],
+                   help="extra twistd msgbroker argument, repeatable")
+    p.add_argument("--server-cpu", type=int, default=0, help="core for the server [0]")
+    p.add_argument("--client-cpu", type=int, default=1, help="core for the clients [1]")
+    p.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
+    p.add_argument("--mcast-messages", type=int, help="scenario 1 count [200000]")
+    p.add_argument("--fanout-messages", type=int, help="scenario 2 count [20000]")
+    p.add_argument("--stalled-messages", type=int, help="scenario 4 count [20000]")
+    p.add_argument("--round-trips", type=int, help="scenario 3 count [5000]")
+    p.add_argument("--idle-connections", type=int, help="scenario 5 count [10000]")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy record the broker during SSMP scenarios 1 and 2")
+    p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s [250]")
+    p.add_argument("--results", type=Path, default=HERE / "results",
+                   help="where logs, JSON results and profiles go [bench/results]")
+    args = p.parse_args(argv)
+    names = []
+    for raw in args.scenarios.split(","):
+        item = ALIASES.get(raw.strip(), raw.strip())
+        if item not in scenarios.SCENARIOS:
+            p.error(f"unknown scenario {item!r}")
+        names.append(item)
+    if "stalled" in names and "fanout" not in names:
+        names.insert(names.index("stalled"), "fanout")  # its baseline, in the same run
+    args.names = sorted(set(names), key=lambda n: scenarios.SCENARIOS[n][0])
+    return args
+
+
+def cpu_sets(args: argparse.Namespace) -> tuple[set[int] | None, set[int] | None]:
+    if args.no_pin or not hasattr(os, "sched_getaffinity"):
+        return None, None
+    available = os.sched_getaffinity(0)
+    if {args.server_cpu, args.client_cpu} <= available and args.server_cpu != args.client_cpu:
+        return {args.server_cpu}, {args.client_cpu}
+    print(f"note: cores {args.server_cpu}/{args.client_cpu} not both available "
+          f"({sorted(available)}); not pinning")
+    return None, None
+
+
+def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Server:
+    log_dir = args.results / stamp
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if kind == "ssmp":
+        extra = list(args.broker_arg)
+        if args.max_backlog:
+            extra += ["--max-backlog", args.max_backlog]
+        if args.slow_consumer:
+            extra += ["--slow-consumer", args.slow_consumer]
+        return procs.Broker(args.python, log_dir / f"broker-{tag}.log", server_cpus, extra)
+    binary = procs.find_mosquitto(args.mosquitto)
+    if binary is None:
+        raise BenchError("mosquitto not found (apt-get install -y mosquitto, or --mosquitto)")
+    work = log_dir / f"mosquitto-{tag}"
+    work.mkdir(exist_ok=True)
+    return procs.Mosquitto(binary, work, server_cpus, args.mosquitto_queue_limit)
+
+
+def fmt(value: float) -> str:
+    if value >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:,.1f}"
+
+
+def describe(name: str, r: dict) -> str:
+    if "error" in r:
+        return f"FAILED: {r['error']}"
+    if name in ("mcast", "fanout", "stalled"):
+        if "deliveries_per_s" not in r:
+            return (f"INCOMPLETE: {r['completed_subscribers']}/{r['subscribers']} subscribers "
+                    f"complete, {r['delivered']:,} of {r['messages'] * r['subscribers']:,} "
+                    f"delivered, {r['eof_subscribers']} closed, timed out={r['timed_out']}")
+        unit = "msgs/s" if name == "mcast" else "deliveries/s"
+        per_sub = f", per subscriber {fmt(r['per_subscriber_per_s'])} msgs/s"
+        text = (f"{fmt(r['deliveries_per_s'])} {unit} ({r['elapsed_s']:.3f} s"
+                f"{per_sub if name != 'mcast' else ''})")
+        text += (f"; CPU over {r['cpu_window_s']:.2f} s: server {100 * r['server_cpu_share']:.0f}%,"
+                 f" readers {100 * r['reader_cpu_share']:.0f}%,"
+                 f" publisher {100 * r['publisher_cpu_share']:.0f}%, anything else"
+                 f" {100 * r['other_cpu_share']:.0f}% of a core")
+        if not r["framing_ok"]:
+            text += " [LAST FRAME MISMATCH]"
+        if name == "stalled":
+            text += (f"; stalled one: {r['stalled_state']}"
+                     f" (disconnected: {'yes' if r['stalled_disconnected'] else 'no'})"
+                     + _queues(r)
+                     + f"; server RSS {fmt(r['rss_before_kib'] / 1024)} -> "
+                     f"{fmt(r['rss_after_kib'] / 1024)} MiB")
+        return text
+    if name == "latency":
+        return (f"p50 {r['p50_us']:.1f} us, p90 {r['p90_us']:.1f} us, p99 {r['p99_us']:.1f} us, "
+                f"max {r['max_us']:.1f} us ({r['round_trips']} round trips"
+                f"{', ' + str(r['wrong_answers']) + ' WRONG' if r['wrong_answers'] else ''})")
+    if name == "idle":
+        return (f"{r['connections']:,} connections in {r['open_seconds']:.1f} s; RSS "
+                f"{fmt(r['rss_before_kib'] / 1024)} -> {fmt(r['rss_after_kib'] / 1024)} MiB = "
+                f"{fmt(r['bytes_per_connection'])} B/connection; PING on a new connection: "
+                f"{'answered' if r['ping_ok'] else 'WRONG ANSWER'} in {r['ping_ms']:.1f} ms; "
+                f"idle ones closed or disturbed: {r['closed_or_unexpected_data']}")
+    return json.dumps(r)
+
+
+def _queues(r: dict) -> str:
+    if r.get("stalled_server_user_queue") is None:
+        return ""
+    kib = 1024
+    return (f", its {r['messages'] * r['frame_bytes'] / kib:,.0f} KiB: client rcv queue "
+            f"{r['stalled_client_queue'] / kib:,.0f} KiB, server kernel send queue "
+            f"{r['stalled_server_kernel_queue'] / kib:,.0f} KiB, held by the server "
+            f"{r['stalled_server_user_queue'] / kib:,.0f} KiB")
+
+
+def median_of(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if key in r]
+    return statistics.median(values) if values else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    params = scenarios.Params()
+    if args.quick:
+        params = params.quick()
+    for option, attr in [
+        ("mcast_messages", "mcast_messages"), ("fanout_messages", "fanout_messages"),
+        ("stalled_messages", "stalled_messages"), ("round_trips", "latency_round_trips"),
+        ("idle_connections", "idle_connections"),
+    ]:
+        if getattr(args, option):
+            setattr(params, attr, getattr(args, option))
+    args.results.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    server_cpus, client_cpus = cpu_sets(args)
+    procs.pin_self(client_cpus)
+    nofile = procs.raise_nofile(params.idle_connections + 1000)
+    if "idle" in args.names and nofile < params.idle_connections + 200:
+        params.idle_connections = max(100, nofile - 200)
+        print(f"note: RLIMIT_NOFILE is {nofile}: idle connections lowered to "
+              f"{params.idle_connections}")
+    kinds = [args.only] if args.only else ["ssmp", "mosquitto"]
+
+    print(f"msgbroker bench {stamp}: {' '.join(sys.argv)}")
+    print(f"  host {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "
+          f"python {platform.python_version()}; broker python {args.python}")
+    print(f"  server cores {sorted(server_cpus) if server_cpus else 'any'}, client cores "
+          f"{sorted(client_cpus) if client_cpus else 'any'}; RLIMIT_NOFILE {nofile}; "
+          f"payload {params.payload_size} B{'; QUICK' if args.quick else ''}"
+          f"{'; PROFILING ssmp 1-2 (those figures are perturbed)' if args.profile else ''}")
+    if "mosquitto" in kinds:
+        print(f"  mosquitto {procs.find_mosquitto(args.mosquitto)}, max_queued_messages "
+              f"{args.mosquitto_queue_limit}")
+
+    results: dict[str, dict[str, list[dict]]] = {
+        name: {kind: [] for kind in kinds} for name in args.names
+    }
+    profiles: list[dict] = []
+    # repetitions outermost, so that a scenario's runs are spread over time and scenario 4
+    # runs right after its baseline (scenario 2) in every repetition
+    for rep in range(args.repeat):
+        for name in args.names:
+            number, title, func = scenarios.SCENARIOS[name]
+            run_note = f" (run {rep + 1}/{args.repeat})" if args.repeat > 1 else ""
+            print(f"\n[{number}] {title}{run_note}", flush=True)
+            for kind in kinds:
+                r = _run_one(args, params, name, func, kind, f"{name}-{rep}", server_cpus,
+                             stamp, profiles)
+                results[name][kind].append(r)
+                print(f"  {kind:<10} {describe(name, r)}", flush=True)
+                for line in r.get("log_problems", []):
+                    print(f"      server log: {line[:160]}")
+
+    how = f"median of {args.repeat} runs, best in brackets" if args.repeat > 1 else "one run"
+    print(f"\n== summary ({how}) ==")
+    for name in args.names:
+        _print_comparison(name, results, params, args.repeat)
+
+    out = args.results / f"results-{stamp}.json"
+    out.write_text(json.dumps(
+        {"argv": sys.argv, "params": vars(params), "results": results, "profiles": profiles},
+        indent=1, default=str,
+    ))
+    print(f"\nresults: {out}")
+    return 0
+
+
+def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) -> dict:
+    around = None
+    if args.profile and kind == "ssmp" and name in ("mcast", "fanout"):
+        around = _profiling(args, stamp, tag, profiles)
+    try:
+        with start_server(kind, args, server_cpus, stamp, tag) as server:
+            if around is not None:
+                around = around(server)
+            r = func(server, PROTOCOLS[kind], params, around=around)
+            problems = server.log_problems()
+            if problems:
+                r["log_problems"] = problems[:5]
+            r["server_alive"] = server.alive()
+            if around is not None:
+                r["profiled"] = True
+    except (BenchError, OSError, RuntimeError, TimeoutError) as e:
+        r = {"error": f"{type(e).__name__}: {e}"}
+        traceback.print_exc(limit=3)
+    return r
+
+
+def _profiling(args, stamp: str, tag: str, profiles: list[dict]):
+    """A factory: given the server, a context manager that profiles the publishing phase."""
+
+    def bind(server: procs.Server):
+        @contextlib.contextmanager
+        def around():
+            raw = args.results / stamp / f"profile-{tag}.txt"
+            profiler = procs.Profiler(server.pid, raw, args.profile_rate)
+            try:
+                yield
+            finally:
+                path = profiler.stop()
+                speedscope = to_speedscope(path, path.with_suffix(".speedscope.json"), tag)
+                summary = summarize(path)
+                summary["speedscope"] = str(speedscope)
+                profiles.append({"scenario": tag, **summary})
+                print(format_summary(summary, top=12))
+                print(f"    speedscope: {speedscope}")
+
+        return around
+
+    return bind
+
+
+SUMMARY = {
+    "mcast": [("deliveries_per_s", "msgs/s", True)],
+    "fanout": [("deliveries_per_s", "deliveries/s", True)],
+    "latency": [("p50_us", "p50 us", False), ("p99_us", "p99 us", False)],
+    "stalled": [("per_subscriber_per_s", "msgs/s per reader", True),
+                ("rss_after_kib", "server RSS KiB at end", False)],
+    "idle": [("bytes_per_connection", "RSS bytes/connection", False),
+             ("rss_after_kib", "server RSS KiB", False)],
+}
+
+
+def _figure(runs: list[dict], key: str, higher_better: bool, repeat: int) -> str:
+    values = [r[key] for r in runs if key in r]
+    if not values:
+        return "n/a"
+    text = fmt(statistics.median(values))
+    if repeat > 1:
+        best = max(values) if higher_better else min(values)
+        text += f" [{fmt(best)}]"
+    if len(values) < len(runs):
+        text += f" ({len(runs) - len(values)} failed)"
+    return text
+
+
+def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
+    number, title, _ = scenarios.SCENARIOS[name]
+    by_kind = results[name]
+    print(f"[{number}] {title}")
+    for key, label, higher_better in SUMMARY[name]:
+        parts = [f"{kind} {_figure(runs, key, higher_better, repeat)}"
+                 for kind, runs in by_kind.items()]
+        line = f"    {label}: " + ", ".join(parts)
+        if set(by_kind) == {"ssmp", "mosquitto"}:
+            ours = median_of(by_kind["ssmp"], key)
+            theirs = median_of(by_kind["mosquitto"], key)
+            if ours is not None and theirs:
+                target = TARGETS.get((name, key))
+                line += f"; ours/mosquitto {ours / theirs:.2f}x"
+                line += f" (target >= {target}x)" if target else ""
+        print(line)
+    if name == "stalled":
+        if params.stalled_messages != params.fanout_messages:
+            print(f"    note: {params.stalled_messages} messages here vs "
+                  f"{params.fanout_messages} in [2]")
+        for kind, runs in by_kind.items():
+            base_runs = results.get("fanout", {}).get(kind, [])
+            impacts = [
+                1 - r["per_subscriber_per_s"] / b["per_subscriber_per_s"]
+                for r, b in zip(runs, base_runs, strict=False)
+                if "per_subscriber_per_s" in r and "per_subscriber_per_s" in b
+            ]
+            if impacts:
+                each = ", ".join(f"{100 * i:+.1f}%" for i in impacts)
+                target = " (target < 10%)" if kind == "ssmp" else ""
+                print(f"    {kind}: slow-down of the 99 readers vs [2]'s per-subscriber rate, "
+                      f"per run: {each}; median {100 * statistics.median(impacts):+.1f}%"
+                      f"{target}")
+            disconnected = [r.get("stalled_disconnected") for r in runs if "error" not in r]
+            print(f"    {kind}: stalled subscriber disconnected: "
+                  + ", ".join("yes" if d else "no" for d in disconnected))
+    if name == "idle":
+        for kind, runs in by_kind.items():
+            oks = ["ok" if r.get("ping_ok") else "FAILED" for r in runs]
+            print(f"    {kind}: PING on a new connection: {', '.join(oks)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The five scenarios. Each takes a running server and its wire protocol and returns a dict of
+figures; none of them knows which server it drives."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import os
+import select
+import socket
+import struct
+import termios
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clients import (
+    BenchError,
+    Echo,
+    Publisher,
+    close_all,
+    open_client,
+    open_many,
+    receive_counts,
+    recv_exactly,
+    tcp_state,
+)
+from procs import Server, core_busy, core_times, tcp_send_queue
+from wire import MQTT, SSMP, payload
+
+TOPIC = "bench"
+
+
+@dataclass
+class Params:
+    mcast_messages: int = 200_000
+    fanout_messages: int = 20_000
+    fanout_subscribers: int = 100
+    stalled_messages: int = 20_000
+    latency_round_trips: int = 5_000
+    latency_warmup: int = 200
+    idle_connections: int = 10_000
+    payload_size: int = 64
+    idle_timeout: float = 15.0  # no byte for this long: give up on a stream
+    scenario_timeout: float = 300.0
+
+    def quick(self) -> Params:
+        return Params(
+            mcast_messages=20_000, fanout_messages=2_000, fanout_subscribers=100,
+            stalled_messages=2_000,
+            latency_round_trips=500, latency_warmup=50, idle_connections=1_000,
+            payload_size=self.payload_size, idle_timeout=self.idle_timeout,
+            scenario_timeout=self.scenario_timeout,
+        )
+
+
+def publish_fanout(
+    server: Server, proto, params: Params, *, messages: int, subscribers: int,
+    stalled: bool = False, around: Callable | None = None,
+) -> dict:
+    """One publisher, ``subscribers`` readers (plus one that never reads when ``stalled``).
+
+    ``around``: a context-manager factory wrapped around the publishing phase (profiling)."""
+    port = server.port
+    sender = "pub"
+    frame_len = len(proto.delivered(sender, TOPIC, payload(0, params.payload_size)))
+    expected = messages * frame_len
+    last = proto.delivered(sender, TOPIC, payload(messages - 1, params.payload_size))
+    stalled_sock = None
+    socks: list[socket.socket] = []
+    try:
+        if stalled:
+            # first in the topic's subscriber order; tiny receive buffer; never read again
+            stalled_sock = open_client(
+                port, *proto.subscriber_setup("stalled", TOPIC), rcvbuf=4096
+            )
+        setups = [proto.subscriber_setup(f"sub{i}", TOPIC) for i in range(subscribers)]
+        socks = open_many(port, setups, timeout=60.0)
+        for sock in socks:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        pub_sock = open_client(port, *proto.publisher_setup(sender))
+        data = b"".join(
+            proto.publish(TOPIC, payload(i, params.payload_size)) for i in range(messages)
+        )
+        rss_before = server.rss_kib()
+        server_cpu = server.cpu_seconds()
+        cores = core_times()
+        own = os.times()
+        wall = time.perf_counter()
+        deadline = time.monotonic() + params.scenario_timeout
+        with around() if around else contextlib.nullcontext():
+            publisher = Publisher(
+                pub_sock, data, messages * len(proto.publish_reply), params.scenario_timeout
+            )
+            try:
+                got = receive_counts(
+                    socks, expected, last_frame=last, idle_timeout=params.idle_timeout,
+                    deadline=deadline,
+                )
+            finally:
+                pub = publisher.finish()
+        # CPU used while the publisher was alive (start to finish, a little longer than the
+        # measured first-to-last-byte window), as a share of that wall time
+        wall = time.perf_counter() - wall
+        server_cpu = server.cpu_seconds() - server_cpu
+        cores = core_busy(cores, core_times())
+        after = os.times()
+        reader_cpu = after.user + after.system - own.user - own.system
+        result: dict = {
+            "messages": messages,
+            "subscribers": subscribers,
+            "frame_bytes": frame_len,
+            "completed_subscribers": got.completed,
+            "framing_ok": got.tail_ok == got.completed and got.tail_bad == 0,
+            "eof_subscribers": len(got.eof),
+            "timed_out": got.timed_out,
+            "delivered": sum(c // frame_len for c in got.counts),
+            "publisher": pub,
+            "rss_before_kib": rss_before,
+            "cpu_window_s": wall,
+            "server_cpu_share": server_cpu / wall,
+            "reader_cpu_share": reader_cpu / wall,
+            "publisher_cpu_share": pub.get("cpu_seconds", 0.0) / wall,
+            "core_busy": cores,
+            # other processes on this machine (and kernel work not charged to ours)
+            "other_cpu_share": sum(cores.values())
+            - (server_cpu + reader_cpu + pub.get("cpu_seconds", 0.0)) / wall,
+        }
+        elapsed = got.elapsed
+        if elapsed and got.completed == subscribers:
+            result["elapsed_s"] = elapsed
+            result["deliveries_per_s"] = subscribers * messages / elapsed
+            result["per_subscriber_per_s"] = messages / elapsed
+        if stalled_sock is not None:
+            # the disconnect (if any) happened while the others were being served; allow
+            # the reset a moment to arrive
+            state = tcp_state(stalled_sock)
+            wait_until = time.monotonic() + 2.0
+            while state == "ESTABLISHED" and time.monotonic() < wait_until:
+                time.sleep(0.05)
+                state = tcp_state(stalled_sock)
+            result["stalled_state"] = state
+            result["stalled_disconnected"] = state != "ESTABLISHED"
+            if state == "ESTABLISHED":
+                # where its undelivered messages are: the client's receive queue, the
+                # server's kernel send queue, and (the rest) the server's own memory
+                client_q = struct.unpack("i", fcntl.ioctl(stalled_sock, termios.FIONREAD,
+                                                          b"\0\0\0\0"))[0]
+                server_q = tcp_send_queue(port, stalled_sock.getsockname()[1])
+                result["stalled_client_queue"] = client_q
+                result["stalled_server_kernel_queue"] = server_q
+                if server_q is not None:
+                    result["stalled_server_user_queue"] = expected - client_q - server_q
+        result["rss_after_kib"] = server.rss_kib()
+        if pub.get("error"):
+            raise BenchError(f"publisher: {pub['error']}")
+        return result
+    finally:
+        close_all(socks)
+        if stalled_sock is not None:
+            stalled_sock.close()
+
+
+def mcast(server: Server, proto, params: Params, around=None) -> dict:
+    """1. MCAST 1 -> 1: msgs/s at the subscriber."""
+    return publish_fanout(
+        server, proto, params, messages=params.mcast_messages, subscribers=1, around=around
+    )
+
+
+def fanout(server: Server, proto, params: Params, around=None) -> dict:
+    """2. fan-out 1 -> 100: deliveries/s."""
+    return publish_fanout(
+        server, proto, params, messages=params.fanout_messages,
+        subscribers=params.fanout_subscribers, around=around,
+    )
+
+
+def stalled(server: Server, proto, params: Params, around=None) -> dict:
+    """4. fan-out to 99 readers plus one subscriber that never reads."""
+    return publish_fanout(
+        server, proto, params, messages=params.stalled_messages,
+        subscribers=params.fanout_subscribers - 1, stalled=True, around=around,
+    )
+
+
+def _percentile(sorted_values: list[int], p: float) -> int:
+    """Nearest-rank percentile."""
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def latency(server: Server, proto, params: Params, around=None) -> dict:
+    """3. echo round trips, one at a time: p50/p99 in microseconds."""
+    port = server.port
+    size = params.payload_size
+    total = params.latency_warmup + params.latency_round_trips
+    # the echo outlives any plausible run (each round trip itself times out after 5 s)
+    echo_timeout = max(params.scenario_timeout, 60 + 0.2 * total)
+    if isinstance(proto, SSMP):
+        client = open_client(port, *proto.publisher_setup("ping"))
+        echo_sock = open_client(port, *proto.publisher_setup("echo"))
+        frames = [proto.ucast("echo", payload(i, size)) for i in range(total)]
+        answers = [b"200\n" + proto.ucast_event("echo", "ping", payload(i, size)) for i in
+                   range(total)]
+        echo = Echo(echo_sock, "ssmp", (b"ping", b"echo"), echo_timeout)
+    else:
+        assert isinstance(proto, MQTT)
+        client = open_client(port, *proto.subscriber_setup("ping", "lat/pong"))
+        echo_sock = open_client(port, *proto.subscriber_setup("echo", "lat/ping"))
+        frames = [proto.publish("lat/ping", payload(i, size)) for i in range(total)]
+        answers = [proto.publish("lat/pong", payload(i, size)) for i in range(total)]
+        echo = Echo(echo_sock, "mqtt", (b"lat/pong",), echo_timeout)
+    samples: list[int] = []
+    bad = 0
+    perf = time.perf_counter_ns
+    try:
+        client.settimeout(5.0)
+        recv_into = client.recv_into
+        buf = bytearray(65536)
+        with around() if around else contextlib.nullcontext():
+            for i in range(total):
+                want = len(answers[i])
+                t0 = perf()
+                client.sendall(frames[i])
+                got = 0
+                while got < want:
+                    n = recv_into(memoryview(buf)[got:], want - got)
+                    if n == 0:
+                        raise BenchError(f"connection closed at round trip {i}")
+                    got += n
+                t1 = perf()
+                if buf[:want] != answers[i]:
+                    bad += 1
+                if i >= params.latency_warmup:
+                    samples.append(t1 - t0)
+    except TimeoutError:
+        raise BenchError(f"no echo within 5 s at round trip {len(samples)}") from None
+    finally:
+        client.close()
+        echo_result = echo.finish()
+    if echo_result.get("error"):
+        raise BenchError(f"echo: {echo_result['error']}")
+    samples.sort()
+    return {
+        "round_trips": len(samples),
+        "warmup": params.latency_warmup,
+        "wrong_answers": bad,
+        "p50_us": _percentile(samples, 50) / 1000,
+        "p90_us": _percentile(samples, 90) / 1000,
+        "p99_us": _percentile(samples, 99) / 1000,
+        "max_us": samples[-1] / 1000,
+        "mean_us": sum(samples) / len(samples) / 1000,
+        "round_trips_per_s": 1e9 * len(samples) / sum(samples),
+    }
+
+
+def idle(server: Server, proto, params: Params, around=None) -> dict:
+    """5. many idle subscribed connections: resident memory per connection, then a PING."""
+    port = server.port
+    count = params.idle_connections
+    rss_before = server.rss_kib()
+    setups = [proto.subscriber_setup(f"idle{i}", "idle") for i in range(count)]
+    t0 = time.monotonic()
+    socks = open_many(port, setups, timeout=params.scenario_timeout, progress=True)
+    opened_s = time.monotonic() - t0
+    try:
+        rss_after = server.rss_kib()
+        # a new connection still gets an answer to its ping
+        t1 = time.perf_counter()
+        check = open_client(port, *proto.publisher_setup("idle-check"))
+        try:
+            check.sendall(proto.ping)
+            pong = recv_exactly(check, len(proto.pong), 10.0)
+        finally:
+            check.close()
+        ping_ms = 1000 * (time.perf_counter() - t1)
+        # none of the idle ones was closed (or sent anything)
+        ep = select.epoll()
+        try:
+            for sock in socks:
+                ep.register(sock.fileno(), select.EPOLLIN | select.EPOLLRDHUP)
+            disturbed = len(ep.poll(0.5, len(socks)))
+        finally:
+            ep.close()
+        rss_final = server.rss_kib()
+    finally:
+        close_all(socks)
+    return {
+        "connections": count,
+        "open_seconds": opened_s,
+        "connections_per_s": count / opened_s,
+        "rss_before_kib": rss_before,
+        "rss_after_kib": rss_after,
+        "rss_final_kib": rss_final,
+        "bytes_per_connection": 1024 * (rss_after - rss_before) / count,
+        "ping_ok": pong == proto.pong,
+        "ping_ms": ping_ms,
+        "closed_or_unexpected_data": disturbed,
+    }
+
+
+SCENARIOS = {
+    "mcast": (1, "MCAST 1->1", mcast),
+    "fanout": (2, "fan-out 1->100", fanout),
+    "latency": (3, "UCAST echo latency", latency),
+    "stalled": (4, "stalled subscriber among 100", stalled),
+    "idle": (5, "idle connections", idle),
+}

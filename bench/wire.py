@@ -1,0 +1,146 @@
+"""Pre-encoded frames for the two protocols the harness drives: SSMP 1.1 and MQTT 3.1.1.
+
+No client library: every frame is built here as bytes, once, before a measurement starts.
+Each protocol is described by a small object with the same shape, so a scenario is written
+once and run against either server:
+
+- ``subscriber_setup(ident, topic)``: bytes to send on a fresh connection to log in and
+  subscribe, and the exact bytes the server answers with;
+- ``publisher_setup(ident)``: the same for a connection that only publishes;
+- ``publish(topic, payload)``: one publish request;
+- ``publish_reply``: what the server answers per publish (SSMP ``200\\n``; nothing for MQTT QoS 0);
+- ``delivered(sender, topic, payload)``: the exact frame a subscriber receives;
+- ``ping`` / ``pong``: a liveness request and its answer.
+"""
+
+from __future__ import annotations
+
+import struct
+
+
+class SSMP:
+    name = "ssmp"
+    publish_reply = b"200\n"
+    ping = b"PING\n"
+    pong = b"000 . PONG\n"
+
+    @staticmethod
+    def login(ident: str) -> bytes:
+        return b"LOGIN %s open\n" % ident.encode()
+
+    def subscriber_setup(self, ident: str, topic: str) -> tuple[bytes, bytes]:
+        return self.login(ident) + b"SUBSCRIBE %s\n" % topic.encode(), b"200\n200\n"
+
+    def publisher_setup(self, ident: str) -> tuple[bytes, bytes]:
+        return self.login(ident), b"200\n"
+
+    @staticmethod
+    def publish(topic: str, payload: bytes) -> bytes:
+        return b"MCAST %s %s\n" % (topic.encode(), payload)
+
+    @staticmethod
+    def delivered(sender: str, topic: str, payload: bytes) -> bytes:
+        return b"000 %s MCAST %s %s\n" % (sender.encode(), topic.encode(), payload)
+
+    # -- UCAST echo -----------------------------------------------------------------------
+
+    @staticmethod
+    def ucast(target: str, payload: bytes) -> bytes:
+        return b"UCAST %s %s\n" % (target.encode(), payload)
+
+    @staticmethod
+    def ucast_event(sender: str, target: str, payload: bytes) -> bytes:
+        return b"000 %s UCAST %s %s\n" % (sender.encode(), target.encode(), payload)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _string(s: bytes) -> bytes:
+    return struct.pack("!H", len(s)) + s
+
+
+class MQTT:
+    """MQTT 3.1.1, QoS 0 only, clean sessions, keepalive off."""
+
+    name = "mosquitto"
+    publish_reply = b""
+    ping = b"\xc0\x00"  # PINGREQ
+    pong = b"\xd0\x00"  # PINGRESP
+    connack = b"\x20\x02\x00\x00"
+
+    @staticmethod
+    def connect(client_id: str, keepalive: int = 0) -> bytes:
+        body = _string(b"MQTT") + bytes([4, 0x02]) + struct.pack("!H", keepalive)
+        body += _string(client_id.encode())
+        return b"\x10" + _varint(len(body)) + body
+
+    @staticmethod
+    def subscribe(packet_id: int, topic: str) -> bytes:
+        body = struct.pack("!H", packet_id) + _string(topic.encode()) + b"\x00"
+        return b"\x82" + _varint(len(body)) + body
+
+    @staticmethod
+    def suback(packet_id: int) -> bytes:
+        return b"\x90\x03" + struct.pack("!H", packet_id) + b"\x00"
+
+    def subscriber_setup(self, ident: str, topic: str) -> tuple[bytes, bytes]:
+        return self.connect(ident) + self.subscribe(1, topic), self.connack + self.suback(1)
+
+    def publisher_setup(self, ident: str) -> tuple[bytes, bytes]:
+        return self.connect(ident), self.connack
+
+    @staticmethod
+    def publish(topic: str, payload: bytes) -> bytes:
+        body = _string(topic.encode()) + payload
+        return b"\x30" + _varint(len(body)) + body
+
+    def delivered(self, sender: str, topic: str, payload: bytes) -> bytes:
+        return self.publish(topic, payload)
+
+
+def parse_mqtt_packets(buf: bytearray) -> list[tuple[int, bytes]]:
+    """Split complete MQTT packets off the front of ``buf`` (consumed in place):
+    ``[(first header byte, body), ...]``."""
+    out = []
+    pos = 0
+    end = len(buf)
+    while pos + 2 <= end:
+        header = buf[pos]
+        length = 0
+        shift = 0
+        i = pos + 1
+        while True:
+            if i >= end:
+                del buf[:pos]
+                return out
+            byte = buf[i]
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            i += 1
+            if not byte & 0x80:
+                break
+            if shift > 21:
+                raise ValueError("bad MQTT remaining length")
+        if i + length > end:
+            break
+        out.append((header, bytes(buf[i : i + length])))
+        pos = i + length
+    del buf[:pos]
+    return out
+
+
+def payload(seq: int, size: int) -> bytes:
+    """A text payload of exactly ``size`` bytes (>= 8) carrying ``seq``: no LF, no leading
+    NUL/SOH/STX/ETX, so SSMP treats it as text."""
+    head = b"%08d" % (seq % 100_000_000)
+    return head + b"x" * (size - len(head))
+
+
+PROTOCOLS = {"ssmp": SSMP(), "mosquitto": MQTT()}
