@@ -12,6 +12,7 @@ import ssl
 import warnings
 
 import pytest
+
 from msgbroker.cli import main
 from msgbroker.plugins.ssmp.client import (
     BlockingSSMPClient,
@@ -20,7 +21,6 @@ from msgbroker.plugins.ssmp.client import (
     client_tls_options,
     connect,
 )
-
 from tests.certs import make_pki
 from tests.ssmp.e2e_support import WAIT, Inbox, parse_address, running_broker
 

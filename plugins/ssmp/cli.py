@@ -160,7 +160,10 @@ def _default_identity(args: argparse.Namespace, scheme: str) -> str:
             raise CommandError(f"cannot read certificate {args.cert}: {e}") from None
         names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
         if names:
-            return f"{names[0].value}/{generated}"
+            common_name = names[0].value
+            if isinstance(common_name, bytes):
+                common_name = common_name.decode("utf-8", "replace")
+            return f"{common_name}/{generated}"
     return generated
 
 

@@ -29,7 +29,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from msgbroker.errors import RemoteProtocolError
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.interfaces import IStreamClientEndpoint
@@ -37,6 +36,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
+
+from msgbroker.errors import RemoteProtocolError
 
 from . import codec
 from .blocking import (
@@ -73,6 +74,8 @@ class SSMPClientProtocol(Protocol):
     callables to the constructor. ``clock`` drives the keepalive (default: the global
     reactor); ``keepalive=None`` turns it off.
     """
+
+    transport: Any  # an ITransport; typed loosely as Twisted's interfaces confuse mypy
 
     def __init__(
         self,
@@ -144,7 +147,7 @@ class SSMPClientProtocol(Protocol):
             return defer.fail(SSMPConnectionClosed("the connection is closed"))
         d: defer.Deferred[None] = defer.Deferred()
         self._pongs.append(d)
-        self.transport.write(codec.ping())  # type: ignore[union-attr]
+        self.transport.write(codec.ping())
         return d
 
     def close(self) -> defer.Deferred[None]:
@@ -156,7 +159,7 @@ class SSMPClientProtocol(Protocol):
             reply = self._request(codec.close())
             self._closing = True
             reply.addErrback(lambda failure: None)
-            reply.addCallback(lambda _: self.transport.loseConnection())  # type: ignore[union-attr]
+            reply.addCallback(lambda _: self.transport.loseConnection())
         return closed.addCallback(lambda _: None)
 
     def when_closed(self) -> defer.Deferred[BaseException]:
@@ -172,7 +175,7 @@ class SSMPClientProtocol(Protocol):
             return defer.fail(SSMPConnectionClosed("the connection is closed"))
         d: defer.Deferred[None] = defer.Deferred()
         self._replies.append(d)
-        self.transport.write(frame)  # type: ignore[union-attr]
+        self.transport.write(frame)
         return d
 
     # -- Twisted -----------------------------------------------------------------------------
@@ -213,7 +216,7 @@ class SSMPClientProtocol(Protocol):
             self._deliver(self.on_presence, message)
         elif isinstance(message, codec.ServerPing):
             self.pings_answered += 1
-            self.transport.write(codec.pong())  # type: ignore[union-attr]
+            self.transport.write(codec.pong())
         else:  # ServerPong
             self._pinged_at = None
             if self._pongs:
@@ -242,7 +245,7 @@ class SSMPClientProtocol(Protocol):
         elif now - self._last_heard >= interval:
             self._pinged_at = now
             self._pongs.append(None)
-            self.transport.write(codec.ping())  # type: ignore[union-attr]
+            self.transport.write(codec.ping())
             due = now + interval
         else:
             due = self._last_heard + interval
@@ -259,7 +262,7 @@ class SSMPClientProtocol(Protocol):
         if abort is not None:
             abort()
         else:
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.loseConnection()
 
     def _fail_pending(self, reason: BaseException) -> None:
         replies, self._replies = self._replies, deque()

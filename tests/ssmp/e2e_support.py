@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from attrs import frozen
-from msgbroker import BrokerConfig, Listener
-from msgbroker.service import BrokerService
 from twisted.internet import defer
 from twisted.python.failure import Failure
+
+from msgbroker import BrokerConfig, Listener
+from msgbroker.service import BrokerService
 
 #: how long a test waits for anything the broker or a client should do promptly
 WAIT = 10.0
@@ -102,11 +103,11 @@ class RunningBroker:
         return self.thread.call(fn, *args, timeout=timeout, **kwargs)
 
 
-_ADDRESS = re.compile(r"tcp:(?P<host>[0-9.]+|\[[0-9a-f:]+\]):(?P<port>\d+)$")
+_ADDRESS = re.compile(r"(?:tcp|tls):(?P<host>[0-9.]+|\[[0-9a-f:]+\]):(?P<port>\d+)$")
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``tcp:127.0.0.1:4444`` -> ("127.0.0.1", 4444)."""
+    """``tcp:127.0.0.1:4444`` (or ``tls:...``) -> ("127.0.0.1", 4444)."""
     match = _ADDRESS.search(text)
     if match is None:
         raise ValueError(f"not a tcp address: {text!r}")
@@ -225,7 +226,7 @@ def twistd_broker(directory: Path, *options: str) -> Iterator[TwistdBroker]:
     )
     log = LineReader(process.stdout)
     try:
-        address = log.wait_for(r"ssmp listening on (tcp:\S+)")
+        address = log.wait_for(r"ssmp listening on ((?:tcp|tls):\S+)")
         host, port = parse_address(address.group(1))
         yield TwistdBroker(process, host, port, log)
     finally:

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from msgbroker.cli import main
 from msgbroker.plugins.ssmp.cli import render_payload
 from msgbroker.plugins.ssmp.client import BlockingSSMPClient, Presence
-
 from tests.ssmp.e2e_support import LineReader, running_broker, stop_process, twistd_broker
 
 MSGBROKER = str(Path(sys.executable).with_name("msgbroker"))

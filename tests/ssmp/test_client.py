@@ -7,6 +7,10 @@ import socket
 import time
 
 import pytest
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.ssmp.client import (
     BlockingSSMPClient,
@@ -17,10 +21,6 @@ from msgbroker.plugins.ssmp.client import (
     SSMPError,
     connect,
 )
-from twisted.internet import defer
-from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
-
 from tests.ssmp.e2e_support import Inbox, ScriptedServer, running_broker
 
 
