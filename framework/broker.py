@@ -44,7 +44,7 @@ class Broker:
     """One broker. ``reactor`` is used for timers (pass a ``Clock`` in tests); ``plugins``
     are plugin objects or modules registered after the built-ins and entry points."""
 
-    #: lets :class:`msgbroker.plugins.PluginManager` treat ``msgbroker_*`` methods as hooks
+    #: lets :class:`msgbroker.pluginmanager.PluginManager` treat ``msgbroker_*`` methods as hooks
     _msgbroker_subclass_hooks = True
 
     def __init__(
@@ -92,8 +92,15 @@ class Broker:
         names = list(self.config.auth or ("open",))
         # SSMP: "All servers that accept connections over TLS MUST allow authentication
         # through client certificates."
-        if any(listener.is_tls for listener in self.listeners()) and "cert" not in names:
+        # It needs a CA to verify certificates against: without --tls-ca none is requested.
+        has_tls = any(listener.is_tls for listener in self.listeners())
+        if has_tls and self.config.tls_ca and "cert" not in names:
             names.append("cert")
+        elif has_tls and not self.config.tls_ca:
+            log.warn(
+                "TLS listeners without --tls-ca: client certificates cannot be verified, "
+                "so the cert login scheme is not offered"
+            )
         for name in names:
             if name not in self.schemes:
                 known = ", ".join(sorted(self.schemes)) or "none"
@@ -105,9 +112,7 @@ class Broker:
         hook = self.pm.hook
         has = lambda name: has_implementations(self.pm, name)  # noqa: E731
         self._authorize = hook.msgbroker_authorize if has("msgbroker_authorize") else None
-        self._authenticate = (
-            hook.msgbroker_authenticate if has("msgbroker_authenticate") else None
-        )
+        self._authenticate = hook.msgbroker_authenticate if has("msgbroker_authenticate") else None
         self._opened = hook.msgbroker_session_opened if has("msgbroker_session_opened") else None
         self._closed = hook.msgbroker_session_closed if has("msgbroker_session_closed") else None
         self._login = hook.msgbroker_session_login if has("msgbroker_session_login") else None

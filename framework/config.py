@@ -48,7 +48,7 @@ class Listener:
 
     @property
     def is_tls(self) -> bool:
-        return self.endpoint.startswith(("tls:", "ssl:"))
+        return self.endpoint.startswith("tls:")
 
     def __str__(self) -> str:
         return f"{self.protocol}={self.endpoint}"
@@ -90,9 +90,10 @@ class BrokerConfig:
                 raise ConfigError(f"{name} must be a positive number of seconds, not {value}")
         if self.max_backlog < 0:
             raise ConfigError(f"max-backlog must be >= 0 bytes, not {self.max_backlog}")
-        if any(listener.is_tls for listener in self.listeners):
-            if not (self.tls_cert and self.tls_key):
-                raise ConfigError("a TLS listener needs --tls-cert and --tls-key")
+        if any(listener.is_tls for listener in self.listeners) and not (
+            self.tls_cert and self.tls_key
+        ):
+            raise ConfigError("a TLS listener needs --tls-cert and --tls-key")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together")
         if self.tls_ca and not self.tls_cert:

@@ -128,10 +128,13 @@ class BrokerProtocol(Protocol):
     def close_connection(self, reason: str) -> None:
         """Close the transport. A slow consumer is aborted (its buffer will never drain);
         anything else is flushed first."""
+        transport: Any = self.transport
+        # a registered producer keeps a TLS transport from finishing its close
+        transport.unregisterProducer()
         if reason == "slow consumer":
-            self.transport.abortConnection()  # type: ignore[attr-defined]
+            transport.abortConnection()
         else:
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            transport.loseConnection()
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         if self._login_timer is not None and self._login_timer.active():

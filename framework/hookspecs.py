@@ -89,9 +89,10 @@ def msgbroker_session_login(session: Session, request: LoginRequest, result: Aut
 
 @hookspec
 def msgbroker_session_closed(session: Session, reason: str) -> None:
-    """A connection ended; ``reason`` says why (``"closed by peer"``, ``"CLOSE"``,
-    ``"login timeout"``, ``"keepalive timeout"``, ``"kicked"``, ``"slow consumer"``,
-    ``"protocol error: ..."``, ``"shutdown"``). Its subscriptions are already gone."""
+    """A connection ended; ``reason`` says why: ``"closed by peer"``, ``"CLOSE"``,
+    ``"login timeout"``, ``"login refused"``, ``"second LOGIN"``, ``"keepalive timeout"``,
+    ``"kicked"``, ``"slow consumer"``, ``"protocol error: ..."`` or ``"shutdown"``. Its
+    subscriptions are already gone (and the UNSUBSCRIBE presence events sent)."""
 
 
 @hookspec

@@ -11,13 +11,13 @@ counts the skip.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from attrs import field, frozen
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     """What a message is. The value is what logs and the journal show."""
 
     MCAST = "mcast"  #: published on a topic, to its subscribers

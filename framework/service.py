@@ -28,8 +28,10 @@ def describe_address(address: Any) -> str:
     kind = getattr(address, "type", None)
     if kind in ("TCP", "UDP"):
         host = address.host
-        return f"{kind.lower()}:[{host}]:{address.port}" if ":" in host else (
-            f"{kind.lower()}:{host}:{address.port}"
+        return (
+            f"{kind.lower()}:[{host}]:{address.port}"
+            if ":" in host
+            else (f"{kind.lower()}:{host}:{address.port}")
         )
     name = getattr(address, "name", None)
     if name is not None:
@@ -79,8 +81,12 @@ class ListenerService(service.Service):
             raise ConfigError(f"cannot listen on {self.listener}: {result.getErrorMessage()}")
         self.port = result
         address = describe_address(result.getHost())
+        if self.listener.is_tls:
+            address = "tls:" + address.removeprefix("tcp:")
         self.broker.listening.append((self.listener, address))
-        log.info("{protocol} listening on {address}", protocol=self.listener.protocol, address=address)
+        log.info(
+            "{protocol} listening on {address}", protocol=self.listener.protocol, address=address
+        )
         if "open" in self.broker.config.auth and not _is_loopback_address(result.getHost()):
             log.warn(
                 "open login is enabled on {address}, which is not a loopback address: "
@@ -118,13 +124,17 @@ class BrokerService(service.MultiService):
         spec = self.broker.protocols.get(listener.protocol)
         if spec is None:
             known = ", ".join(sorted(self.broker.protocols)) or "none"
-            raise ConfigError(f"unknown protocol {listener.protocol!r} in --listen (known: {known})")
+            raise ConfigError(
+                f"unknown protocol {listener.protocol!r} in --listen (known: {known})"
+            )
         factory = spec.build_factory(self.broker, listener)
         endpoint_text = listener.endpoint
         if endpoint_text.startswith("tls:"):
             # our TLS: any stream endpoint (tcp by default) wrapped with the broker's context
             rest = endpoint_text[len("tls:") :]
-            endpoint_text = rest if rest.split(":", 1)[0] in ("tcp", "tcp6", "unix") else "tcp:" + rest
+            endpoint_text = (
+                rest if rest.split(":", 1)[0] in ("tcp", "tcp6", "unix") else "tcp:" + rest
+            )
             factory = TLSMemoryBIOFactory(self._tls(), False, factory)
         try:
             endpoint = serverFromString(self.reactor, endpoint_text)
@@ -154,7 +164,8 @@ class BrokerService(service.MultiService):
                 raise
             import sys
 
-            sys.stderr.write(f"twistd msgbroker: error: {e}\n")
+            # the real stderr: twistd has redirected sys.stderr into its log by now
+            (sys.__stderr__ or sys.stderr).write(f"twistd msgbroker: error: {e}\n")
             raise SystemExit(2) from None
         self.broker.started()
 

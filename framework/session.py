@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 class OutputPolicy:
     """What a session does with output its peer does not read.
 
-    ``max_backlog``: bytes accepted beyond the transport's own buffer once the peer stops
-    reading. ``drop``: past the budget, discard (and count) instead of disconnecting.
+    ``max_backlog``: bytes the broker holds for a peer beyond the transport's own
+    high-water mark (Twisted's 64 KiB ``bufferSize``); the kernel's socket buffers come on
+    top. ``drop``: past the budget, discard (and count) instead of disconnecting.
     """
 
     max_backlog: int = 1 << 20
@@ -57,6 +58,7 @@ class Session:
     subscriptions: dict[str, Topic] = field(factory=dict)
     #: the hub calls this per delivery; ``transport.write`` while the peer keeps up
     send: Callable[[bytes], None] = field(default=None)
+    #: bytes held for this peer beyond the transport's high-water mark (while paused)
     backlog: int = 0
     dropped: int = 0
     paused: bool = False
@@ -65,15 +67,18 @@ class Session:
     data: dict[str, Any] = field(factory=dict)
     #: called once the connection is gone (the service waits on these at shutdown)
     on_lost: list[Callable[[], None]] = field(factory=list)
+    _fd: Any = field(default=None, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self.send = self.transport.write
         self.transport.registerProducer(self, True)
+        self._fd = _file_descriptor(self.transport)
 
     # -- IPushProducer: the transport tells us when its buffer is full or drained ----------
 
     def pauseProducing(self) -> None:
-        if self.close_reason is None:
+        # Twisted calls this on *every* write while its buffer is over the mark
+        if self.close_reason is None and not self.paused:
             self.paused = True
             self.backlog = 0
             self.send = self._send_backlogged
@@ -90,7 +95,14 @@ class Session:
     # -- slow consumer ---------------------------------------------------------------------
 
     def _send_backlogged(self, frame: bytes) -> None:
-        backlog = self.backlog + len(frame)
+        # Measure what is really still buffered: a consumer that reads, only slower than a
+        # burst, drains while paused and must not be mistaken for a stalled one.
+        fd = self._fd
+        if fd is not None:
+            buffered = fd._tempDataLen + len(fd.dataBuffer) - fd.offset
+            backlog = max(0, buffered - fd.bufferSize) + len(frame)
+        else:
+            backlog = self.backlog + len(frame)
         if backlog <= self.policy.max_backlog:
             self.backlog = backlog
             self.transport.write(frame)
@@ -118,3 +130,17 @@ class Session:
 
 def _discard(frame: bytes) -> None:
     pass
+
+
+def _file_descriptor(transport: Any) -> Any:
+    """The Twisted FileDescriptor under ``transport`` (through TLS wrappers), whose buffer
+    size the slow-consumer budget reads; ``None`` for transports without one (tests)."""
+    for _ in range(4):
+        if all(
+            hasattr(transport, a) for a in ("_tempDataLen", "dataBuffer", "offset", "bufferSize")
+        ):
+            return transport
+        transport = getattr(transport, "transport", None)
+        if transport is None:
+            return None
+    return None

@@ -32,7 +32,12 @@ class BrokerOptions(usage.Options):
         ["tls-ca", None, None, "CA certificate(s) (PEM) that client certificates must chain to."],
         ["login-timeout", None, None, "Seconds a connection may take to log in [10]."],
         ["keepalive", None, None, "Seconds of silence before the broker pings [30]."],
-        ["max-backlog", None, None, "Bytes queued for a slow consumer before the policy applies [1M]."],
+        [
+            "max-backlog",
+            None,
+            None,
+            "Bytes queued for a slow consumer before the policy applies [1M].",
+        ],
         ["slow-consumer", None, None, "Policy past the backlog: disconnect or drop [disconnect]."],
     ]
 
@@ -64,8 +69,18 @@ class BrokerOptions(usage.Options):
         overrides = {
             key: self[key]
             for key in (
-                "listen", "auth", "plugin", "no-plugin", "secret-file", "tls-cert", "tls-key",
-                "tls-ca", "login-timeout", "keepalive", "max-backlog", "slow-consumer",
+                "listen",
+                "auth",
+                "plugin",
+                "no-plugin",
+                "secret-file",
+                "tls-cert",
+                "tls-key",
+                "tls-ca",
+                "login-timeout",
+                "keepalive",
+                "max-backlog",
+                "slow-consumer",
             )
             if self[key] not in (None, [])
         }

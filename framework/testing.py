@@ -73,14 +73,18 @@ class FakeConnection:
 
 
 def make_broker(
-    config: BrokerConfig | None = None, plugins: Iterable[Any] = (), clock: Clock | None = None,
+    config: BrokerConfig | None = None,
+    plugins: Iterable[Any] = (),
+    clock: Clock | None = None,
     broker_class: type[Broker] = Broker,
 ) -> Broker:
     """A broker on a fake clock (``broker.reactor``); ``plugins`` are registered too."""
     return broker_class(config or BrokerConfig(auth=("open",)), clock or Clock(), plugins)
 
 
-def connect(broker: Broker, protocol: str, host: str = "127.0.0.1", port: int = 40000) -> FakeConnection:
+def connect(
+    broker: Broker, protocol: str, host: str = "127.0.0.1", port: int = 40000
+) -> FakeConnection:
     """Open an in-memory connection from ``host`` to ``broker``'s ``protocol``."""
     spec = broker.protocols[protocol]
     listener = Listener(protocol, "tcp:0")

@@ -7,6 +7,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.x509.oid import NameOID
+from OpenSSL import crypto
 from twisted.internet import ssl
 
 from .errors import ConfigError
@@ -41,7 +42,7 @@ def server_context_factory(cert: str, key: str, ca: str | None) -> ssl.Certifica
     try:
         leaf = ssl.Certificate.loadPEM(certs[0])
         chain = [ssl.Certificate.loadPEM(c).original for c in certs[1:]]
-        private = ssl.KeyPair.load(key_pem, ssl.crypto.FILETYPE_PEM)
+        private = ssl.KeyPair.load(key_pem, crypto.FILETYPE_PEM)
     except Exception as e:
         raise ConfigError(f"bad TLS certificate or key ({cert}, {key}): {e}") from None
     kwargs: dict[str, Any] = {}

@@ -105,7 +105,9 @@ def test_runs_logs_the_real_port_serves_ssmp_and_stops_on_sigterm():
 def test_bad_options_exit_non_zero_with_one_line(args, message):
     result = subprocess.run(
         [TWISTD, "--nodaemon", "--pidfile=", "msgbroker", *args],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode != 0
     assert result.stdout == ""

@@ -83,14 +83,17 @@ class SSMPServerProtocol(BrokerProtocol):
 
     name = "ssmp"
     encode = staticmethod(encode_message)
+    _closing = False
 
     def connectionMade(self) -> None:
         super().connectionMade()
         self._decoder = codec.RequestDecoder()
         self._prefix = b""
         self._closing = False
-        self._write = self.transport.write
         self._handle = self._handle_before_login
+
+    # Replies and events alike go through ``session.send``: a client that sends requests
+    # but never reads its replies is a slow consumer like any other, with the same budget.
 
     def dataReceived(self, data: bytes) -> None:
         if self._closing:
@@ -122,14 +125,16 @@ class SSMPServerProtocol(BrokerProtocol):
         )
         result = self.broker.login(session, request)
         if not isinstance(result, Accept):
-            self._write(codec.encode_reply(401, " ".join(self.broker.enabled_schemes).encode()))
+            self.session.send(
+                codec.encode_reply(401, " ".join(self.broker.enabled_schemes).encode())
+            )
             self._close("login refused")
             return
         identity = session.identity or result.identity
         self._prefix = b"000 %s " % identity.encode("ascii")
         self._handle = self._handle_request
         self.logged_in()
-        self._write(OK)
+        self.session.send(OK)
 
     # -- after login -------------------------------------------------------------------------
 
@@ -139,96 +144,96 @@ class SSMPServerProtocol(BrokerProtocol):
     def _mcast(self, event: codec.Mcast) -> None:
         session = self.session
         if self.broker.authorizes and not self.broker.authorize(session, "publish", event.topic):
-            self._write(NOT_ALLOWED)
+            self.session.send(NOT_ALLOWED)
             return
         message = Message(Kind.MCAST, session.identity, "ssmp", event.topic, event.payload)  # type: ignore[arg-type]
         message.preencode(encode_message, self._prefix + event.line + b"\n")
         self.hub.multicast(session, message)
-        self._write(OK)
+        self.session.send(OK)
 
     def _ucast(self, event: codec.Ucast) -> None:
         session = self.session
         if self.broker.authorizes and not self.broker.authorize(session, "unicast", event.target):
-            self._write(NOT_ALLOWED)
+            self.session.send(NOT_ALLOWED)
             return
         message = Message(Kind.UCAST, session.identity, "ssmp", event.target, event.payload)  # type: ignore[arg-type]
         message.preencode(encode_message, self._prefix + event.line + b"\n")
         try:
             self.hub.unicast(message)
         except NoSuchIdentity:
-            self._write(NOT_FOUND)
+            self.session.send(NOT_FOUND)
             return
-        self._write(OK)
+        self.session.send(OK)
 
     def _bcast(self, event: codec.Bcast) -> None:
         session = self.session
         if self.broker.authorizes and not self.broker.authorize(session, "broadcast", None):
-            self._write(NOT_ALLOWED)
+            self.session.send(NOT_ALLOWED)
             return
         message = Message(Kind.BCAST, session.identity, "ssmp", None, event.payload)  # type: ignore[arg-type]
         message.preencode(encode_message, self._prefix + event.line + b"\n")
         try:
             self.hub.broadcast(session, message)
         except NotAllowed:
-            self._write(NOT_ALLOWED)
+            self.session.send(NOT_ALLOWED)
             return
-        self._write(OK)
+        self.session.send(OK)
 
     def _subscribe(self, event: codec.Subscribe) -> None:
         session = self.session
         if self.broker.authorizes and not self.broker.authorize(session, "subscribe", event.topic):
-            self._write(NOT_ALLOWED)
+            self.session.send(NOT_ALLOWED)
             return
         try:
             snapshot = self.hub.subscribe(session, event.topic, event.presence)
         except NotAllowed:
-            self._write(NOT_ALLOWED)
+            self.session.send(NOT_ALLOWED)
             return
         except AlreadySubscribed:
-            self._write(CONFLICT)
+            self.session.send(CONFLICT)
             return
-        self._write(OK)
+        self.session.send(OK)
         for message in snapshot:
             frame = message.encoded(encode_message)
             if frame is not None:
-                self._write(frame)
+                self.session.send(frame)
 
     def _unsubscribe(self, event: codec.Unsubscribe) -> None:
         try:
             self.hub.unsubscribe(self.session, event.topic)
         except NotAllowed:
-            self._write(NOT_ALLOWED)
+            self.session.send(NOT_ALLOWED)
             return
         except NotSubscribed:
-            self._write(NOT_FOUND)
+            self.session.send(NOT_FOUND)
             return
-        self._write(OK)
+        self.session.send(OK)
 
     def _login_again(self, event: codec.Login) -> None:
-        self._write(NOT_ALLOWED)
+        self.session.send(NOT_ALLOWED)
         self._close("second LOGIN")
 
     def _ping(self, event: codec.Ping) -> None:
-        self._write(PONG_EVENT)
+        self.session.send(PONG_EVENT)
 
     def _pong(self, event: codec.Pong) -> None:
         pass  # never answer a PONG; receiving it already counted as activity
 
     def _close_request(self, event: codec.Close) -> None:
-        self._write(OK)
+        self.session.send(OK)
         self._close("CLOSE")
 
     def _unknown(self, event: codec.UnknownVerb) -> None:
-        self._write(NOT_IMPLEMENTED)
+        self.session.send(NOT_IMPLEMENTED)
 
     # -- closing -----------------------------------------------------------------------------
 
     def send_keepalive(self) -> None:
-        self._write(PING_EVENT)
+        self.session.send(PING_EVENT)
 
     def _bad_request(self, why: str) -> None:
         log.debug("ssmp {host}: 400: {why}", host=self.session.host, why=why)
-        self._write(BAD_REQUEST)
+        self.session.send(BAD_REQUEST)
         self._close(f"protocol error: {why}")
 
     def _close(self, reason: str) -> None:
@@ -239,7 +244,8 @@ class SSMPServerProtocol(BrokerProtocol):
         self._closing = True
         if reason == "login timeout":
             # the spec: close *without* a response; nothing else was written
-            self.transport.abortConnection()  # type: ignore[attr-defined]
+            self.transport.unregisterProducer()  # type: ignore[union-attr]
+            self.transport.abortConnection()  # type: ignore[union-attr]
             return
         super().close_connection(reason)
 

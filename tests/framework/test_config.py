@@ -24,11 +24,22 @@ def test_no_options_is_the_embedded_default():
 
 def test_repeatable_options_and_values():
     config = parse(
-        "--listen", "ssmp=tcp:0:interface=127.0.0.1",
-        "--listen", "ssmp=tcp:0:interface=::1",
-        "--auth", "open", "--auth", "cert",
-        "--login-timeout", "3", "--keepalive", "7.5",
-        "--max-backlog", "64K", "--slow-consumer", "drop",
+        "--listen",
+        "ssmp=tcp:0:interface=127.0.0.1",
+        "--listen",
+        "ssmp=tcp:0:interface=::1",
+        "--auth",
+        "open",
+        "--auth",
+        "cert",
+        "--login-timeout",
+        "3",
+        "--keepalive",
+        "7.5",
+        "--max-backlog",
+        "64K",
+        "--slow-consumer",
+        "drop",
     )
     assert config.listeners == (
         Listener("ssmp", "tcp:0:interface=127.0.0.1"),

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import importlib
 import sys
-import textwrap
 
 import pytest
 
-from msgbroker import Accept, Broker, BrokerConfig, ConfigError, Deny, hookimpl
+from msgbroker import (
+    Accept,
+    Broker,
+    BrokerConfig,
+    ConfigError,
+    Deny,
+    Listener,
+    ProtocolSpec,
+    hookimpl,
+)
+from msgbroker.connection import BrokerFactory, BrokerProtocol
 from msgbroker.pluginmanager import build_plugin_manager
-from msgbroker.service import BrokerService
 from msgbroker.testing import connect, make_broker
 
-PLUGIN_SOURCE = '''
+PLUGIN_SOURCE = """
 from msgbroker import Accept, Deny, hookimpl
 
 EVENTS = []
@@ -38,7 +46,7 @@ def msgbroker_authorize(session, action, topic):
     if topic == "forbidden":
         return False
     return None
-'''
+"""
 
 
 @pytest.fixture
@@ -84,9 +92,7 @@ def test_builtins_are_entry_point_plugins_and_can_be_blocked():
 
 
 def test_plugin_option_loads_a_module_by_name(tmp_path, monkeypatch):
-    (tmp_path / "my_auth_plugin.py").write_text(
-        PLUGIN_SOURCE.replace('"token"', '"mytoken"')
-    )
+    (tmp_path / "my_auth_plugin.py").write_text(PLUGIN_SOURCE.replace('"token"', '"mytoken"'))
     monkeypatch.syspath_prepend(str(tmp_path))
     broker = make_broker(BrokerConfig(auth=("mytoken",), plugins=("my_auth_plugin",)))
     assert "mytoken" in broker.schemes
@@ -202,3 +208,44 @@ def test_no_per_message_hook_when_nobody_implements_it():
     assert not broker.authorizes
     rec = make_broker(BrokerConfig(auth=("open",)), plugins=[Recorder()])
     assert rec.hub.observer is not None
+
+
+class EchoProtocol(BrokerProtocol):
+    """A toy protocol: echoes what it receives (no login)."""
+
+    name = "echo"
+    encode = staticmethod(lambda message: message.payload)
+
+    def dataReceived(self, data):
+        self.session.send(data)
+
+
+class EchoPlugin:
+    def __init__(self, name="echo"):
+        self.name = name
+
+    @hookimpl
+    def msgbroker_register_protocols(self, register):
+        register(
+            ProtocolSpec(
+                name=self.name,
+                build_factory=lambda broker, listener: BrokerFactory(
+                    EchoProtocol, broker, listener
+                ),
+                default_endpoint="tcp:7777:interface=127.0.0.1",
+            )
+        )
+
+
+def test_register_protocols_hook_adds_a_protocol_with_its_default_endpoint():
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=[EchoPlugin()])
+    assert set(broker.protocols) == {"ssmp", "echo"}
+    assert Listener("echo", "tcp:7777:interface=127.0.0.1") in broker.listeners()
+    conn = connect(broker, "echo")
+    conn.send(b"ping?")
+    assert conn.received() == b"ping?"
+
+
+def test_two_protocols_with_one_name_are_an_error():
+    with pytest.raises(ConfigError, match="two plugins register the protocol 'ssmp'"):
+        make_broker(plugins=[EchoPlugin("ssmp")])

@@ -274,7 +274,10 @@ def test_every_kind_of_close_sends_unsubscribe_events(broker, how, reason):
     assert leaver.closed
     assert leaver.session.close_reason == reason
     events = w.received().replace(b"000 . PING\n", b"")
-    assert sorted(events.splitlines()) == [b"000 leaver UNSUBSCRIBE t1", b"000 leaver UNSUBSCRIBE t2"]
+    assert sorted(events.splitlines()) == [
+        b"000 leaver UNSUBSCRIBE t1",
+        b"000 leaver UNSUBSCRIBE t2",
+    ]
 
 
 def test_unknown_verb_is_501_and_connection_stays_open(broker):
