@@ -152,8 +152,8 @@ class BlockingSSMPClient:
 
     def next_event(self, timeout: float | None = None) -> Delivery | Presence | None:
         """The next event (queued or read now), or ``None`` after ``timeout`` seconds
-        (``None``: wait as long as it takes). Raises :class:`SSMPConnectionClosed` if the
-        connection ends."""
+        (``None``: wait as long as it takes; ``0``: only events already read). Raises
+        :class:`SSMPConnectionClosed` if the connection ends."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._events:
             if not self._receive(deadline):
