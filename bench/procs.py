@@ -100,6 +100,23 @@ def core_busy(before: dict, after: dict) -> dict[int, float]:
     return shares
 
 
+def background_load(seconds: float = 1.0) -> float:
+    """Cores' worth of CPU busy over ``seconds`` (everything on the machine)."""
+    before = core_times()
+    time.sleep(seconds)
+    return sum(core_busy(before, core_times()).values())
+
+
+def wait_quiet(threshold: float, patience: float) -> tuple[float, float]:
+    """Wait (up to ``patience`` s) until the machine's load over one second is below
+    ``threshold`` cores. Returns (the last load seen, seconds waited)."""
+    start = time.monotonic()
+    load = background_load()
+    while load > threshold and time.monotonic() - start < patience:
+        load = background_load()
+    return load, time.monotonic() - start
+
+
 def tcp_send_queue(local_port: int, remote_port: int) -> int | None:
     """Bytes queued in the kernel (unsent + unacknowledged) on the 127.0.0.1 socket
     ``local_port`` -> ``remote_port``, from /proc/net/tcp; None if there is none."""
@@ -287,6 +304,13 @@ def raise_nofile(wanted: int) -> int:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def set_autogroup_nice(nice: int) -> None:
+    """With sched_autogroup on, niceness only ranks processes within their session's group;
+    the group's own nice (``/proc/self/autogroup``) ranks it against other sessions."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/autogroup").write_text(f"{nice}\n")
 
 
 def pin_self(cpus: set[int] | None) -> None:

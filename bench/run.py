@@ -65,6 +65,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stalled-messages", type=int, help="scenario 4 count [20000]")
     p.add_argument("--round-trips", type=int, help="scenario 3 count [5000]")
     p.add_argument("--idle-connections", type=int, help="scenario 5 count [10000]")
+    p.add_argument("--nice", type=int, default=0,
+                   help="change the harness's (and so the servers') niceness, and its "
+                        "scheduler autogroup's, e.g. -10 as root on a machine shared with "
+                        "other work [0]")
+    p.add_argument("--quiet-below", type=float, default=0.3,
+                   help="before each run, wait until the machine's load is below this many "
+                        "cores [0.3]")
+    p.add_argument("--quiet-wait", type=float, default=60.0,
+                   help="wait at most this long for that, then run anyway [60 s]; 0 = never")
     p.add_argument("--profile", action="store_true",
                    help="py-spy record the broker during SSMP scenarios 1 and 2")
     p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s [250]")
@@ -187,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     server_cpus, client_cpus = cpu_sets(args)
     procs.pin_self(client_cpus)
+    niceness = os.nice(args.nice) if args.nice else os.nice(0)
+    if args.nice:
+        procs.set_autogroup_nice(args.nice)
     nofile = procs.raise_nofile(params.idle_connections + 1000)
     if "idle" in args.names and nofile < params.idle_connections + 200:
         params.idle_connections = max(100, nofile - 200)
@@ -198,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  host {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "
           f"python {platform.python_version()}; broker python {args.python}")
     print(f"  server cores {sorted(server_cpus) if server_cpus else 'any'}, client cores "
-          f"{sorted(client_cpus) if client_cpus else 'any'}; RLIMIT_NOFILE {nofile}; "
+          f"{sorted(client_cpus) if client_cpus else 'any'}; nice {niceness}; "
+          f"RLIMIT_NOFILE {nofile}; "
           f"payload {params.payload_size} B{'; QUICK' if args.quick else ''}"
           f"{'; PROFILING ssmp 1-2 (those figures are perturbed)' if args.profile else ''}")
     if "mosquitto" in kinds:
@@ -239,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) -> dict:
+    quiet = None
+    if args.quiet_wait > 0:
+        load, waited = procs.wait_quiet(args.quiet_below, args.quiet_wait)
+        quiet = {"background_cores": load, "waited_s": waited}
+        if load > args.quiet_below:
+            print(f"  ({kind}: machine still busy after {waited:.0f} s: {load:.2f} cores; "
+                  "running anyway)")
     around = None
     if args.profile and kind == "ssmp" and name in ("mcast", "fanout"):
         around = _profiling(args, stamp, tag, profiles)
@@ -253,6 +273,8 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
             r["server_alive"] = server.alive()
             if around is not None:
                 r["profiled"] = True
+            if quiet is not None:
+                r["before_run"] = quiet
     except (BenchError, OSError, RuntimeError, TimeoutError) as e:
         r = {"error": f"{type(e).__name__}: {e}"}
         traceback.print_exc(limit=3)
