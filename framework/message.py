@@ -72,6 +72,48 @@ class Message:
         self._memo[encoder] = frame
 
 
+@frozen(slots=True, weakref_slot=False)
+class MessageRun:
+    """``count`` consecutive messages of one kind from one sender to one topic, routed in
+    one go (a client pipelining publishes to a topic): one hub lookup, and one frame per
+    recipient holding every message, instead of ``count`` of each.
+
+    ``build()`` makes the individual :class:`Message` objects, only when someone needs
+    them (a protocol without a run encoding, or a ``message_routed`` observer).
+    """
+
+    kind: Kind
+    sender: str
+    protocol: str
+    topic: str
+    count: int
+    build: Callable[[], list[Message]] = field(eq=False, repr=False)
+    _memo: dict[Any, Any] = field(factory=dict, eq=False, repr=False)
+
+    def messages(self) -> list[Message]:
+        """The individual messages, built once."""
+        memo = self._memo
+        messages = memo.get(MessageRun)
+        if messages is None:
+            messages = memo[MessageRun] = self.build()
+        return messages  # type: ignore[no-any-return]
+
+    def encoded(self, encoder: Encoder) -> tuple[bytes, int]:
+        """``(frame, carried)``: every message ``encoder`` can carry, concatenated, and how
+        many that is (the rest are skipped for that protocol). Computed once per encoder."""
+        memo = self._memo
+        result = memo.get(encoder)
+        if result is None:
+            frames = [m.encoded(encoder) for m in self.messages()]
+            carried = [f for f in frames if f is not None]
+            result = memo[encoder] = (b"".join(carried), len(carried))
+        return result  # type: ignore[no-any-return]
+
+    def preencode(self, encoder: Encoder, frame: bytes) -> None:
+        """Record the whole run's encoding by ``encoder`` (all ``count`` messages)."""
+        self._memo[encoder] = (frame, self.count)
+
+
 @frozen(slots=True)
 class RouteResult:
     """What happened to one routed message, as the ``message_routed`` hook sees it.

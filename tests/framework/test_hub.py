@@ -7,7 +7,7 @@ from attrs import define, field
 
 from msgbroker.errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
 from msgbroker.hub import Hub
-from msgbroker.message import ANONYMOUS, Kind, Message
+from msgbroker.message import ANONYMOUS, Kind, Message, MessageRun
 
 
 def encode_a(message: Message) -> bytes | None:
@@ -248,3 +248,50 @@ def test_observer_sees_per_protocol_counts_skips_and_drops():
     assert seen == [(b"12345", {"a": 2}, 1, 1)]
     hub.multicast(s, mcast("s", "nobody"))
     assert seen[-1] == (b"x", {}, 0, 0)
+
+
+def run_of(sender: str, topic: str, payloads: list[bytes]) -> MessageRun:
+    return MessageRun(
+        Kind.MCAST,
+        sender,
+        "a",
+        topic,
+        len(payloads),
+        lambda: [Message(Kind.MCAST, sender, "a", topic, p) for p in payloads],
+    )
+
+
+def test_multicast_run_sends_one_frame_per_recipient_with_every_message():
+    hub = Hub()
+    s, a = peer(hub, "s"), peer(hub, "a")
+    b = peer(hub, "b", encode=encode_b, protocol="b")
+    for p in (s, a, b):
+        hub.subscribe(p, "t")
+    assert hub.multicast_run(s, run_of("s", "t", [b"1", b"22", b"too long"])) == 5
+    assert a.sent == [b"A:mcast:s:t:1A:mcast:s:t:22A:mcast:s:t:too long"]
+    assert b.sent == [b"B:1B:22"]  # protocol b cannot carry the third: skipped
+    assert s.sent == []
+    assert hub.stats.skipped == 1
+    assert hub.stats.routed == 3
+    assert hub.stats.delivered == 5
+
+
+def test_multicast_run_uses_a_preencoded_frame():
+    hub = Hub()
+    s, a = peer(hub, "s"), peer(hub, "a")
+    hub.subscribe(a, "t")
+    run = run_of("s", "t", [b"1", b"2"])
+    run.preencode(encode_a, b"<both>")
+    hub.multicast_run(s, run)
+    assert a.sent == [b"<both>"]
+
+
+def test_multicast_run_with_observer_routes_message_by_message():
+    hub = Hub()
+    seen = []
+    hub.observer = lambda m, r: seen.append((m.payload, dict(r.recipients)))
+    s, a = peer(hub, "s"), peer(hub, "a")
+    hub.subscribe(a, "t")
+    assert hub.multicast_run(s, run_of("s", "t", [b"1", b"2"])) == 2
+    assert seen == [(b"1", {"a": 1}), (b"2", {"a": 1})]
+    assert a.sent == [b"A:mcast:s:t:1", b"A:mcast:s:t:2"]

@@ -317,3 +317,47 @@ def test_authorize_hook_refuses_with_405():
     a = login(broker, "a")
     a.send(b"SUBSCRIBE secret\nMCAST secret x\nSUBSCRIBE public\n")
     assert a.received() == b"405\n405\n200\n"
+
+
+def test_pipelined_mcasts_are_forwarded_in_order_with_one_200_each(broker):
+    a, b, c = login(broker, "a"), login(broker, "b"), login(broker, "c")
+    b.send(b"SUBSCRIBE t\n")
+    c.send(b"SUBSCRIBE u\n")
+    b.received(), c.received()
+    a.send(b"MCAST t 1\nMCAST t 2\nMCAST u 3\nMCAST t 4\nMCAST t \x00\x005\nMCAST t 6\nMCAST t 7\n")
+    assert a.received() == b"200\n" * 7
+    assert b.received() == (
+        b"000 a MCAST t 1\n000 a MCAST t 2\n000 a MCAST t 4\n"
+        b"000 a MCAST t \x00\x005\n000 a MCAST t 6\n000 a MCAST t 7\n"
+    )
+    assert c.received() == b"000 a MCAST u 3\n"
+
+
+def test_pipelined_mcasts_reach_a_grammar_error_and_stop_there(broker):
+    a, b = login(broker, "a"), login(broker, "b")
+    b.send(b"SUBSCRIBE t\n")
+    b.received()
+    a.send(b"MCAST t 1\nMCAST t 2\nMCAST t " + b"x" * 1025 + b"\nMCAST t 3\n")
+    assert a.received() == b"200\n200\n400\n"
+    assert b.received() == b"000 a MCAST t 1\n000 a MCAST t 2\n"
+
+
+class RoutedRecorder:
+    def __init__(self):
+        self.payloads = []
+
+    @hookimpl
+    def msgbroker_message_routed(self, message, result):
+        self.payloads.append((message.payload, dict(result.recipients)))
+
+
+def test_pipelined_mcasts_are_each_seen_by_message_routed_and_authorize():
+    rec = RoutedRecorder()
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=[rec, DenyTopicSecret()])
+    a, b = login(broker, "a"), login(broker, "b")
+    b.send(b"SUBSCRIBE t\n")
+    b.received()
+    a.send(b"MCAST t 1\nMCAST t 2\nMCAST secret 3\nMCAST secret 4\n")
+    assert a.received() == b"200\n200\n405\n405\n"
+    assert rec.payloads == [(b"1", {"ssmp": 1}), (b"2", {"ssmp": 1})]
+    assert b.received() == b"000 a MCAST t 1\n000 a MCAST t 2\n"
