@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from attrs import frozen
+
 from msgbroker.errors import RemoteProtocolError
 
 MAX_PAYLOAD = 1024
@@ -134,7 +135,16 @@ class UnknownVerb:
 
 
 Request = (
-    Login | Subscribe | Unsubscribe | Mcast | McastRun | Ucast | Bcast | Ping | Pong | Close
+    Login
+    | Subscribe
+    | Unsubscribe
+    | Mcast
+    | McastRun
+    | Ucast
+    | Bcast
+    | Ping
+    | Pong
+    | Close
     | UnknownVerb
 )
 
