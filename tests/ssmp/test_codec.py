@@ -9,6 +9,7 @@ from __future__ import annotations
 import string
 
 import pytest
+
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.ssmp import codec
 from msgbroker.plugins.ssmp.codec import (
