@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from attrs import frozen
-from twisted.internet.interfaces import IProtocolFactory
 from twisted.logger import Logger
 
 from .auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
@@ -34,7 +33,7 @@ class ProtocolSpec:
     #: the name ``--listen NAME=ENDPOINT`` uses
     name: str
     #: ``build_factory(broker, listener)`` -> a Twisted protocol factory for one listener
-    build_factory: Callable[[Broker, Listener], IProtocolFactory]
+    build_factory: Callable[[Broker, Listener], Any]
     #: where the embedded default configuration listens, or ``None``
     default_endpoint: str | None = None
     description: str = ""
@@ -110,7 +109,10 @@ class Broker:
     def _bind_hooks(self) -> None:
         """Resolve once which observation hooks have implementations (hot-path rule)."""
         hook = self.pm.hook
-        has = lambda name: has_implementations(self.pm, name)  # noqa: E731
+
+        def has(name: str) -> bool:
+            return has_implementations(self.pm, name)
+
         self._authorize = hook.msgbroker_authorize if has("msgbroker_authorize") else None
         self._authenticate = hook.msgbroker_authenticate if has("msgbroker_authenticate") else None
         self._opened = hook.msgbroker_session_opened if has("msgbroker_session_opened") else None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
@@ -41,7 +40,7 @@ class IdleTimer:
         self._on_dead = on_dead
         self._pinged_at: float | None = None
         self.last = clock.seconds()
-        self._call: IDelayedCall | None = clock.callLater(interval, self._check)
+        self._call: Any = clock.callLater(interval, self._check)
 
     def touch(self) -> None:
         self.last = self._clock.seconds()
@@ -70,11 +69,12 @@ class BrokerProtocol(Protocol):
     """Base of the protocols' server-side Twisted adapters."""
 
     name: ClassVar[str]
-    encode: ClassVar[Encoder]
+    #: the protocol's encoder (a staticmethod on subclasses)
+    encode: ClassVar[Any]
 
     session: Session
     _idle: IdleTimer | None = None
-    _login_timer: IDelayedCall | None = None
+    _login_timer: Any = None
 
     def __init__(self, broker: Broker, listener: Listener) -> None:
         self.broker = broker
@@ -83,7 +83,8 @@ class BrokerProtocol(Protocol):
         self.clock = broker.reactor
 
     def connectionMade(self) -> None:
-        peer = self.transport.getPeer()  # type: ignore[attr-defined]
+        transport: Any = self.transport
+        peer = transport.getPeer()
         self.session = self.broker.open_session(
             protocol=self.name,
             encode=type(self).encode,

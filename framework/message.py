@@ -96,7 +96,7 @@ class MessageRun:
         messages = memo.get(MessageRun)
         if messages is None:
             messages = memo[MessageRun] = self.build()
-        return messages  # type: ignore[no-any-return]
+        return messages
 
     def encoded(self, encoder: Encoder) -> tuple[bytes, int]:
         """``(frame, carried)``: every message ``encoder`` can carry, concatenated, and how
@@ -107,7 +107,7 @@ class MessageRun:
             frames = [m.encoded(encoder) for m in self.messages()]
             carried = [f for f in frames if f is not None]
             result = memo[encoder] = (b"".join(carried), len(carried))
-        return result  # type: ignore[no-any-return]
+        return result
 
     def preencode(self, encoder: Encoder, frame: bytes) -> None:
         """Record the whole run's encoding by ``encoder`` (all ``count`` messages)."""

@@ -7,7 +7,6 @@ from typing import Any
 from twisted.application import service
 from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
@@ -59,14 +58,14 @@ class ListenerService(service.Service):
         self,
         broker: Broker,
         listener: Listener,
-        endpoint: IStreamServerEndpoint,
-        factory: IProtocolFactory,
+        endpoint: Any,
+        factory: Any,
     ) -> None:
         self.broker = broker
         self.listener = listener
         self.endpoint = endpoint
         self.factory = factory
-        self.port: IListeningPort | None = None
+        self.port: Any = None
         self.setName(str(listener))
 
     def startService(self) -> None:
@@ -99,7 +98,8 @@ class ListenerService(service.Service):
         if self.port is None:
             return None
         port, self.port = self.port, None
-        return defer.maybeDeferred(port.stopListening)
+        stopped: defer.Deferred[None] = defer.maybeDeferred(port.stopListening)
+        return stopped
 
 
 class BrokerService(service.MultiService):
@@ -127,7 +127,7 @@ class BrokerService(service.MultiService):
             raise ConfigError(
                 f"unknown protocol {listener.protocol!r} in --listen (known: {known})"
             )
-        factory = spec.build_factory(self.broker, listener)
+        factory: Any = spec.build_factory(self.broker, listener)
         endpoint_text = listener.endpoint
         if endpoint_text.startswith("tls:"):
             # our TLS: any stream endpoint (tcp by default) wrapped with the broker's context

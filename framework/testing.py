@@ -55,7 +55,7 @@ class FakeConnection:
 
     def received(self) -> bytes:
         """What the broker wrote since the last call."""
-        data = self.transport.value()
+        data: bytes = self.transport.value()
         self.transport.clear()
         return data
 
@@ -88,9 +88,9 @@ def connect(
     """Open an in-memory connection from ``host`` to ``broker``'s ``protocol``."""
     spec = broker.protocols[protocol]
     listener = Listener(protocol, "tcp:0")
-    factory = spec.build_factory(broker, listener)
+    factory: Any = spec.build_factory(broker, listener)
     address = IPv4Address("TCP", host, port)
-    proto = factory.buildProtocol(address)
+    proto: Any = factory.buildProtocol(address)
     transport = ClosingTransport(peerAddress=address)
     transport.protocol = proto
     proto.makeConnection(transport)
