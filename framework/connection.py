@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
-from .message import Encoder
 from .tls import peer_names
 
 if TYPE_CHECKING:
