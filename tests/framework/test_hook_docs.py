@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from msgbroker import hookspecs
 
 ROOT = Path(__file__).parents[2]
