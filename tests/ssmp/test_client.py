@@ -177,13 +177,18 @@ def test_twisted_keepalive_ping_after_idle_then_pong_keeps_the_connection(broker
                 pongs(data)
 
     alice = twisted_client(broker, "alice", clock=clock, protocol_class=Watching)
-    broker.call(clock.advance, 29.9)
-    assert alice._pinged_at is None  # not idle long enough yet
-    broker.call(clock.advance, 0.1)
-    assert alice._pinged_at == 30.0  # PING sent
+
+    def advance(seconds):
+        """Advance the clock; when the client last pinged (read in the reactor thread, before
+        a PONG can arrive)."""
+        clock.advance(seconds)
+        return alice._pinged_at
+
+    assert broker.call(advance, 29.9) is None  # not idle long enough yet
+    assert broker.call(advance, 0.1) == 30.0  # PING sent
     broker.call(pongs.get)  # the broker's PONG arrived
     assert alice._pinged_at is None
-    broker.call(clock.advance, 30)  # idle again: a new PING, no close
+    assert broker.call(advance, 30) == 60.0  # idle again: a new PING, no close
     assert not alice._lost
     broker.call(pongs.get)
     assert broker.call(alice.ping) is None
