@@ -135,7 +135,8 @@ class BrokerService(service.MultiService):
             endpoint_text = (
                 rest if rest.split(":", 1)[0] in ("tcp", "tcp6", "unix") else "tcp:" + rest
             )
-            factory = TLSMemoryBIOFactory(self._tls(), False, factory)
+            # the clock matters: TLS flushes its writes with it (the global reactor otherwise)
+            factory = TLSMemoryBIOFactory(self._tls(), False, factory, clock=self.reactor)
         try:
             endpoint = serverFromString(self.reactor, endpoint_text)
         except Exception as e:
