@@ -44,14 +44,15 @@ TEXT_1024 = b"x" * 1024
 
 def feed_chunks(decoder, chunks):
     """Feed ``chunks`` in order: (events, error) where error is the RemoteProtocolError
-    raised (feeding stops there) or None."""
+    raised (feeding stops there) or None. A :class:`McastRun` (whose extent depends on
+    the chunking) is expanded to the MCASTs it stands for."""
     events = []
     for chunk in chunks:
         try:
             events.extend(decoder.feed(chunk))
         except RemoteProtocolError as exc:
-            return events, exc
-    return events, None
+            return codec.expand_runs(events), exc
+    return codec.expand_runs(events), None
 
 
 def all_splittings(data):
@@ -497,6 +498,46 @@ def test_incomplete_message_is_buffered():
     assert list(decoder.feed(b"MCAST t hel")) == []
     assert list(decoder.feed(b"lo\nPI")) == [Mcast("t", b"hello", b"MCAST t hello")]
     assert list(decoder.feed(b"NG\n")) == [PING]
+
+
+def test_pipelined_text_mcasts_to_one_topic_come_out_as_a_run():
+    block = b"MCAST t a\nMCAST t b c\nMCAST t " + TEXT_1024 + b"\n"
+    events = RequestDecoder().feed(block + b"MCAST t " + TEXT_1024 + b"x\n")
+    run = next(events)
+    assert run == codec.McastRun("t", block, 3)
+    with pytest.raises(RemoteProtocolError):  # the 1025-byte payload is not in the run
+        next(events)
+    assert run.payloads() == [b"a", b"b c", TEXT_1024]
+    assert run.expand() == [
+        Mcast("t", b"a", b"MCAST t a"),
+        Mcast("t", b"b c", b"MCAST t b c"),
+        Mcast("t", TEXT_1024, b"MCAST t " + TEXT_1024),
+    ]
+
+
+def test_run_is_yielded_before_the_bad_mcast_that_ends_it():
+    events = RequestDecoder().feed(b"MCAST t a\nMCAST t b\nMCAST t \nPING\n")
+    assert next(events) == codec.McastRun("t", b"MCAST t a\nMCAST t b\n", 2)
+    with pytest.raises(RemoteProtocolError):
+        next(events)
+
+
+def test_runs_break_at_another_topic_or_a_binary_payload():
+    data = b"MCAST t a\nMCAST t b\nMCAST u c\nMCAST t \x00\x00d\nMCAST t e\nMCAST t f\n"
+    assert [type(e).__name__ for e in RequestDecoder().feed(data)] == [
+        "McastRun",
+        "Mcast",
+        "Mcast",
+        "McastRun",
+    ]
+    assert [(e.topic, e.payload) for e in requests(data)] == [
+        ("t", b"a"),
+        ("t", b"b"),
+        ("u", b"c"),
+        ("t", b"d"),
+        ("t", b"e"),
+        ("t", b"f"),
+    ]
 
 
 def test_longest_valid_message_is_max_message():
