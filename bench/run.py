@@ -344,6 +344,7 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
                 target = TARGETS.get((name, key))
                 line += f"; ours/mosquitto {ours / theirs:.2f}x"
                 line += f" (target >= {target}x)" if target else ""
+                line += "" if higher_better else " (lower is better)"
         print(line)
     if name == "stalled":
         if params.stalled_messages != params.fanout_messages:
@@ -359,12 +360,18 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
             if impacts:
                 each = ", ".join(f"{100 * i:+.1f}%" for i in impacts)
                 target = " (target < 10%)" if kind == "ssmp" else ""
-                print(f"    {kind}: slow-down of the 99 readers vs [2]'s per-subscriber rate, "
-                      f"per run: {each}; median {100 * statistics.median(impacts):+.1f}%"
-                      f"{target}")
-            disconnected = [r.get("stalled_disconnected") for r in runs if "error" not in r]
-            print(f"    {kind}: stalled subscriber disconnected: "
-                  + ", ".join("yes" if d else "no" for d in disconnected))
+                print(f"    {kind}: the 99 readers' slow-down vs [2]'s per-subscriber rate "
+                      f"(negative: faster), per run: {each}; median "
+                      f"{100 * statistics.median(impacts):+.1f}%{target}")
+            states = []
+            for r in runs:
+                if "error" in r:
+                    continue
+                state = "yes" if r.get("stalled_disconnected") else "no"
+                if r.get("stalled_server_user_queue") == 0:
+                    state += " (all its unread bytes fit in kernel buffers: no backlog)"
+                states.append(state)
+            print(f"    {kind}: stalled subscriber disconnected: {', '.join(states)}")
     if name == "idle":
         for kind, runs in by_kind.items():
             oks = ["ok" if r.get("ping_ok") else "FAILED" for r in runs]
