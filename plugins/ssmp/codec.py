@@ -314,6 +314,7 @@ class RequestDecoder:
         inside a binary payload (which can contain LF); the payload's length decides.
         """
         if nl < 0:
+            _check_partial_request(buf, pos)
             return self._need_more(buf, pos)
         sp = buf.find(b" ", pos, nl)
         verb = buf[pos : sp if sp >= 0 else nl]
@@ -456,6 +457,30 @@ class RequestDecoder:
         return UnknownVerb(verb), parsed[0] + 1
 
 
+_PARTIAL_VERB_RE = re.compile(rb"[A-Z]{0,16}\Z|([A-Z]{1,16}) ")
+_PARTIAL_BINARY_RE = re.compile(
+    rb"(?:(?:MCAST|UCAST) %s |BCAST |LOGIN %s %s )[\x00-\x03]" % ((_ID_RE.pattern,) * 3)
+)
+
+
+def _check_partial_request(buf: bytes, pos: int) -> None:
+    """``buf[pos:]`` is a request without its LF (there is no LF in it). Raise now if no
+    continuation can make it valid, so that the client gets its ``400`` at once rather
+    than when (if ever) an LF comes: a bad verb, an argument after PING/PONG/CLOSE, or a
+    binary payload of a known verb whose length has passed without the LF after it. Runs
+    once per feed at most, never per complete message."""
+    verb = _PARTIAL_VERB_RE.match(buf, pos, pos + MAX_VERB + 1)
+    if verb is None:
+        raise RemoteProtocolError(f"bad verb {buf[pos : pos + 20]!r}")
+    if verb[1] is not None and verb[1] in _BARE:
+        raise RemoteProtocolError("unexpected argument")
+    binary = _PARTIAL_BINARY_RE.match(buf, pos)
+    if binary is not None:
+        start = binary.end() - 1
+        if start + 2 <= len(buf) and start + 3 + int.from_bytes(buf[start : start + 2]) < len(buf):
+            raise RemoteProtocolError("binary payload not followed by LF")
+
+
 _BARE: dict[bytes, Request] = {b"PING": PING, b"PONG": PONG, b"CLOSE": CLOSE}
 _HANDLERS = {
     b"LOGIN": RequestDecoder._login,
@@ -469,6 +494,9 @@ _HANDLERS = {
 }
 
 # -- client side: replies and events --------------------------------------------------------
+
+
+_PARTIAL_CODE_RE = re.compile(rb"[0-9]{0,3}\Z|[0-9]{3} ")
 
 
 class ReplyDecoder:
@@ -499,7 +527,9 @@ class ReplyDecoder:
         self._buf = rest
 
     def _parse(self, buf: bytes, pos: int, nl: int) -> tuple[ServerMessage, int] | None:
-        if nl < 0:
+        if nl < 0:  # incomplete: fail now if the code already cannot be valid
+            if _PARTIAL_CODE_RE.match(buf, pos, pos + 4) is None:
+                raise RemoteProtocolError(f"bad response code {buf[pos : pos + 4]!r}")
             return None
         code_bytes = buf[pos : pos + 3]
         if len(code_bytes) < 3 or not code_bytes.isdigit():

@@ -540,6 +540,50 @@ def test_runs_break_at_another_topic_or_a_binary_payload():
     ]
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"hello",
+        b"ABCDEFGHIJKLMNOPQ",
+        b"\x00\x01",
+        b"\xff",
+        b"mcast t",
+        b"000 bob",
+        b"200",
+        b"FOO1",
+        b" ",
+        b"PING ",
+        b"CLOSE x",
+        b"MCAST t \x00\x01abc",
+        b"UCAST bob \x00\x00ab",
+        b"BCAST \x00\x02abcd",
+        b"LOGIN a secret \x00\x00xy",
+    ],
+)
+def test_a_message_that_cannot_become_valid_is_an_error_before_its_lf(data):
+    """The server answers 400 at once, not when (if ever) an LF comes."""
+    assert_bad_request(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"M",
+        b"MCAST",
+        b"MCAST ",
+        b"MCAST t",
+        b"MCAST t \x00\x01ab",
+        b"ABCDEFGHIJKLMNOP",
+        b"FOO x y",
+        b"FOO x \x00\x00ab",  # "x \x00\x00ab" may be a text payload
+        b"GET / HTTP/1.1\r",  # an unknown verb, an id and a text payload: 501 once LF comes
+        b"PING",
+    ],
+)
+def test_a_valid_prefix_waits_for_more(data):
+    assert requests(data) == []
+
+
 def test_longest_valid_message_is_max_message():
     frame = b"LOGIN %s %s " % (ID64.encode(), ID64.encode()) + binary(b"\n" * 1024) + b"\n"
     assert len(frame) == MAX_MESSAGE
@@ -548,15 +592,17 @@ def test_longest_valid_message_is_max_message():
 
 def test_partial_message_longer_than_max_message_without_lf_is_an_error():
     decoder = RequestDecoder()
-    assert list(decoder.feed(b"M" * MAX_MESSAGE)) == []
+    prefix = b"MCAST t "  # then a text payload that never ends
+    assert list(decoder.feed(prefix + b"y" * (MAX_MESSAGE - len(prefix)))) == []
     with pytest.raises(RemoteProtocolError):
-        list(decoder.feed(b"M"))
-    assert_bad_request(b"PING\n" + b"x" * (MAX_MESSAGE + 1), before=[PING])
+        list(decoder.feed(b"y"))
+    assert_bad_request(b"PING\nFOO x " + b"y" * MAX_MESSAGE, before=[PING])
 
 
 def test_partial_message_longer_than_max_message_byte_by_byte_is_an_error():
     decoder = RequestDecoder()
-    for _ in range(MAX_MESSAGE):
+    assert list(decoder.feed(b"FOO ")) == []
+    for _ in range(MAX_MESSAGE - 4):
         assert list(decoder.feed(b"a")) == []
     with pytest.raises(RemoteProtocolError):
         list(decoder.feed(b"a"))
@@ -670,6 +716,16 @@ def test_malformed_server_message_is_an_error(data):
 
 def test_server_message_error_comes_after_earlier_events():
     assert_bad_reply(b"200\n000 . PING\n000 bob FOO\n", before=[Reply(200, None), ServerPing(".")])
+
+
+@pytest.mark.parametrize("data", [b"x", b"2x", b"20x", b"200x", b"000x", b"0000", b" "])
+def test_server_message_that_cannot_become_valid_is_an_error_before_its_lf(data):
+    assert_bad_reply(data)
+
+
+@pytest.mark.parametrize("data", [b"2", b"20", b"200", b"200 ", b"000", b"000 bob", b"401 open"])
+def test_server_message_prefix_waits_for_more(data):
+    assert replies(data) == []
 
 
 def test_partial_server_message_too_long_is_an_error():

@@ -115,11 +115,29 @@ def _with_payload(buf, p, match, make):
     return make(match, data, buf[p:end]), end + 1
 
 
+def _dead_request_prefix(rest):
+    """``rest`` (no LF) can never become a valid request: its verb is already wrong,
+    PING/PONG/CLOSE has an argument, or a known verb's binary payload has ended
+    without its LF. (Other dead prefixes are found once the LF or the size limit comes.)"""
+    if not re.match(rb"[A-Z]{0,16}\Z|[A-Z]{1,16} ", rest):
+        return True
+    if re.match(rb"(PING|PONG|CLOSE) ", rest):
+        return True
+    head = rb"(?:(?:MCAST|UCAST) %s |BCAST |LOGIN %s %s )" % (_ID, _ID, _ID)
+    if m := re.match(head + rb"[\x00-\x03]", rest):
+        start = m.end() - 1
+        if len(rest) < start + 2:
+            return False
+        end = start + 2 + int.from_bytes(rest[start : start + 2], "big") + 1
+        return end < len(rest)  # the byte where the LF should be is there, and is not LF
+    return False
+
+
 def _request_at(buf, p):
     """(event, next position), _INCOMPLETE or _BAD for the request at ``p``."""
     nl = buf.find(b"\n", p)
     if nl < 0:
-        return _INCOMPLETE
+        return _BAD if _dead_request_prefix(buf[p:]) else _INCOMPLETE
     line, rest = buf[p:nl], buf[p:]
     bare = {b"PING": PING, b"PONG": PONG, b"CLOSE": CLOSE}.get(line)
     if bare is not None:
@@ -163,8 +181,8 @@ def _compat_payload(buf, i, event):
 
 def _reply_at(buf, p):
     nl = buf.find(b"\n", p)
-    if nl < 0:
-        return _INCOMPLETE
+    if nl < 0:  # dead when the code is already wrong
+        return _INCOMPLETE if re.match(rb"[0-9]{0,3}\Z|[0-9]{3} ", buf[p:]) else _BAD
     line, rest = buf[p:nl], buf[p:]
     if (m := re.fullmatch(rb"[0-9]{3}", line)) and line != b"000":
         return Reply(int(line), None), nl + 1
@@ -214,7 +232,14 @@ def test_oracle_agrees_with_hand_written_cases():
     )
     assert request_oracle(b"SUBSCRIBE t OTHER\n") == ([], True)
     assert request_oracle(b"PING\nMCAST t \x00\x05ab") == ([PING], False)
-    assert request_oracle(b"x" * (MAX_MESSAGE + 1)) == ([], True)
+    assert request_oracle(b"MCAST t " + b"x" * (MAX_MESSAGE - 8)) == ([], False)
+    assert request_oracle(b"MCAST t " + b"x" * (MAX_MESSAGE - 7)) == ([], True)
+    assert request_oracle(b"PING\nmcast") == ([PING], True)
+    assert request_oracle(b"MCAST t \x00\x01ab") == ([], False)
+    assert request_oracle(b"MCAST t \x00\x01abc") == ([], True)
+    assert request_oracle(b"FOO x \x00\x01abc") == ([], False)
+    assert reply_oracle(b"200") == ([], False)
+    assert reply_oracle(b"2000") == ([], True)
     assert reply_oracle(b"000 . PING\n401 open secret\n000\n") == (
         [ServerPing("."), Reply(401, b"open secret")],
         True,
