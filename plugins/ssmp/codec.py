@@ -30,6 +30,11 @@ _ID_RE = re.compile(rb"[A-Za-z0-9.:@/_\-+=~]{1,64}")
 _VERB_RE = re.compile(rb"[A-Z]{1,16}")
 _ID_STR_RE = re.compile(r"[A-Za-z0-9.:@/_\-+=~]{1,64}")
 _BINARY_FIRST = frozenset(b"\x00\x01\x02\x03")
+#: text MCASTs to one topic, one after the other (group 1: the first; group 2: the topic)
+_MCAST_RUN = re.compile(
+    rb"(MCAST ([A-Za-z0-9.:@/_\-+=~]{1,64}) [^\x00-\x03\n][^\n]{0,1023}\n)"
+    rb"(?:MCAST \2 [^\x00-\x03\n][^\n]{0,1023}\n)*"
+)
 _LF = 10
 
 # -- events a server receives ---------------------------------------------------------------
@@ -273,8 +278,6 @@ class RequestDecoder:
     def __init__(self) -> None:
         self._buf = b""
         self._ids = IdCache()
-        #: topic (wire bytes) -> pattern matching a run of text MCASTs to it
-        self._runs: dict[bytes, re.Pattern[bytes]] = {}
 
     def feed(self, data: bytes) -> Iterator[Request]:
         """Yield the complete requests in ``data`` (plus what was buffered).
@@ -340,29 +343,16 @@ class RequestDecoder:
     def _mcast_run(self, buf: bytes, pos: int) -> tuple[Request, int] | None:
         """A run of valid text MCASTs to one topic at ``pos`` (a single one comes out as
         :class:`Mcast`), or None: then the general parser handles what is there, errors
-        included."""
-        sp = buf.find(b" ", pos + 6, pos + 7 + MAX_ID)
-        if sp < 0:
-            return None
-        topic_raw = buf[pos + 6 : sp]
-        pattern = self._runs.get(topic_raw)
-        if pattern is None:
-            if _ID_RE.fullmatch(topic_raw) is None:
-                return None
-            if len(self._runs) >= 1024:
-                self._runs.clear()
-            pattern = self._runs[topic_raw] = re.compile(
-                b"(?:MCAST " + re.escape(topic_raw) + rb" [^\x00-\x03\n][^\n]{0,1023}\n)+"
-            )
-        match = pattern.match(buf, pos)
+        included. One fixed pattern with a back-reference: nothing is compiled per topic, so
+        a client spraying topics costs no more than one sending to a few."""
+        match = _MCAST_RUN.match(buf, pos)
         if match is None:
             return None
         end = match.end()
-        count = buf.count(b"\n", pos, end)
-        topic = self._ids.get(topic_raw, "topic")
-        if count == 1:
-            return Mcast(topic, buf[sp + 1 : end - 1], buf[pos : end - 1]), end
-        return McastRun(topic, buf[pos:end], count), end
+        topic = self._ids.get(match.group(2), "topic")
+        if match.end(1) == end:  # only the first line matched
+            return Mcast(topic, buf[match.end(2) + 1 : end - 1], buf[pos : end - 1]), end
+        return McastRun(topic, buf[pos:end], buf.count(b"\n", pos, end)), end
 
     @staticmethod
     def _need_more(buf: bytes, pos: int) -> None:
