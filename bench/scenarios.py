@@ -44,6 +44,10 @@ class Params:
     payload_size: int = 64
     idle_timeout: float = 15.0  # no byte for this long: give up on a stream
     scenario_timeout: float = 300.0
+    #: compare every delivered byte with the expected stream (after the clock stops) for
+    #: this many subscribers, and the last frame for the others
+    verify: bool = True
+    verify_streams: int = 10
 
     def quick(self) -> Params:
         return Params(
@@ -51,7 +55,7 @@ class Params:
             stalled_messages=2_000,
             latency_round_trips=500, latency_warmup=50, idle_connections=1_000,
             payload_size=self.payload_size, idle_timeout=self.idle_timeout,
-            scenario_timeout=self.scenario_timeout,
+            scenario_timeout=self.scenario_timeout, verify=self.verify,
         )
 
 
@@ -67,6 +71,12 @@ def publish_fanout(
     frame_len = len(proto.delivered(sender, TOPIC, payload(0, params.payload_size)))
     expected = messages * frame_len
     last = proto.delivered(sender, TOPIC, payload(messages - 1, params.payload_size))
+    stream = None
+    if params.verify:
+        stream = b"".join(
+            proto.delivered(sender, TOPIC, payload(i, params.payload_size))
+            for i in range(messages)
+        )
     stalled_sock = None
     socks: list[socket.socket] = []
     try:
@@ -96,7 +106,8 @@ def publish_fanout(
             try:
                 got = receive_counts(
                     socks, expected, last_frame=last, idle_timeout=params.idle_timeout,
-                    deadline=deadline,
+                    deadline=deadline, expected_stream=stream,
+                    verify_streams=params.verify_streams,
                 )
             finally:
                 pub = publisher.finish()
@@ -113,6 +124,11 @@ def publish_fanout(
             "frame_bytes": frame_len,
             "completed_subscribers": got.completed,
             "framing_ok": got.tail_ok == got.completed and got.tail_bad == 0,
+            "verified": (f"every byte of {min(subscribers, params.verify_streams)} streams, the "
+                         "last frame of the others") if params.verify else "last frames",
+            "first_mismatch": got.first_bad,
+            # small reads mean the readers kept up (a reader that lags reads big chunks)
+            "bytes_per_read": sum(got.counts) / max(1, got.reads),
             "eof_subscribers": len(got.eof),
             "timed_out": got.timed_out,
             "delivered": sum(c // frame_len for c in got.counts),
