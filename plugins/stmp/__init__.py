@@ -1,0 +1,1 @@
+"""STMP 0.1: binary over TCP, text over WebSocket; action routing through plugins."""

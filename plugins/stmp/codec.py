@@ -1,0 +1,395 @@
+"""STMP 0.1 codec, sans-IO: bytes (or WebSocket frames) in, frozen messages out; messages
+in, bytes out. No Twisted here.
+
+Binary serialization (TCP): a one-byte header ``kind << 6 | encoding << 3`` (low three bits
+reserved, written 0, rejected when set), then big-endian fields: request ``ID:u16
+ACTION:u32``, notify ``ACTION:u32``, response ``ID:u16 STATUS:u8``; then ``PS:u32 PAYLOAD``
+iff the encoding is not 0. A ping is the single byte ``0x00``. Over WebSocket a binary frame
+carries one message without PS (the frame delimits it).
+
+Text serialization (WebSocket text frames): decimal fields joined by ``|`` —
+``0``, ``1|E|ID|ACTION[|PAYLOAD]``, ``2|E|ACTION[|PAYLOAD]``, ``3|E|ID|STATUS[|PAYLOAD]`` —
+where the payload is everything after the last fixed field, ``|`` included. A binary payload
+travels as two frames: the text header without payload, then one binary frame with the
+payload (:class:`TextDecoder` pairs them).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from enum import IntEnum
+
+from attrs import frozen
+
+from msgbroker.errors import RemoteProtocolError
+
+
+class Kind(IntEnum):
+    PING = 0
+    REQUEST = 1
+    NOTIFY = 2
+    RESPONSE = 3
+
+
+class Encoding(IntEnum):
+    NONE = 0
+    PROTOBUF = 1
+    JSON = 2
+    MSGPACK = 3
+    BSON = 4
+    RAW = 5
+
+
+class Status(IntEnum):
+    OK = 0x00
+    MOVED_PERMANENTLY = 0x10
+    FOUND = 0x11
+    NOT_MODIFIED = 0x12
+    BAD_REQUEST = 0x20
+    UNAUTHORIZED = 0x21
+    PAYMENT_REQUIRED = 0x22
+    FORBIDDEN = 0x23
+    NOT_FOUND = 0x24
+    REQUEST_TIMEOUT = 0x25
+    REQUEST_ENTITY_TOO_LARGE = 0x26
+    TOO_MANY_REQUESTS = 0x27
+    INTERNAL_SERVER_ERROR = 0x30
+    NOT_IMPLEMENTED = 0x31
+    BAD_GATEWAY = 0x32
+    SERVICE_UNAVAILABLE = 0x33
+    GATEWAY_TIMEOUT = 0x34
+    VERSION_NOT_SUPPORTED = 0x35
+
+
+#: the version this implementation speaks, (major, minor)
+VERSION = (0, 1)
+#: the reserved version-check action
+ACTION_VERSION = 0
+#: largest payload accepted by default (a message larger than this is a protocol error)
+DEFAULT_MAX_PAYLOAD = 16 << 20
+_ENCODINGS = frozenset(e.value for e in Encoding)
+
+# -- messages -------------------------------------------------------------------------------
+
+
+@frozen(slots=True)
+class Ping:
+    pass
+
+
+@frozen(slots=True)
+class Request:
+    id: int
+    action: int
+    encoding: int = 0
+    payload: bytes = b""
+
+
+@frozen(slots=True)
+class Notify:
+    action: int
+    encoding: int = 0
+    payload: bytes = b""
+
+
+@frozen(slots=True)
+class Response:
+    id: int
+    status: int
+    encoding: int = 0
+    payload: bytes = b""
+
+
+Message = Ping | Request | Notify | Response
+PING = Ping()
+
+# -- actions in dotted form -----------------------------------------------------------------
+
+
+def action_to_str(action: int) -> str:
+    """``0x01020304`` -> ``"1.2.3.4"``."""
+    return ".".join(str(b) for b in action.to_bytes(4, "big"))
+
+
+def parse_action(text: str | int) -> int:
+    """``"1.2.3.4"`` (or an int) -> ``0x01020304``; ValueError for anything else."""
+    if isinstance(text, int):
+        if not 0 <= text <= 0xFFFFFFFF:
+            raise ValueError(f"action out of range: {text}")
+        return text
+    parts = text.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and int(p) <= 255 for p in parts):
+        raise ValueError(f"not a dotted action: {text!r}")
+    return int.from_bytes(bytes(int(p) for p in parts), "big")
+
+
+def parse_prefix(text: str) -> tuple[int, int]:
+    """``"10.1.0.0/16"`` -> (value, prefix length); a bare action is a /32."""
+    address, _, bits = text.partition("/")
+    length = 32 if not bits else int(bits)
+    if not 0 <= length <= 32:
+        raise ValueError(f"bad prefix length in {text!r}")
+    value = parse_action(address)
+    mask = (0xFFFFFFFF << (32 - length)) & 0xFFFFFFFF
+    if value & ~mask:
+        raise ValueError(f"{text!r} has bits set outside its prefix")
+    return value, length
+
+
+# -- versions -------------------------------------------------------------------------------
+
+
+def encode_versions(versions: list[tuple[int, int]], text: bool = False) -> bytes:
+    """A version list: one byte ``major<<4|minor`` each, or two lower-case hex digits each
+    in text mode."""
+    raw = bytes((major << 4) | minor for major, minor in versions)
+    return raw.hex().encode() if text else raw
+
+
+def decode_versions(payload: bytes, text: bool = False) -> list[tuple[int, int]]:
+    if text:
+        try:
+            if len(payload) % 2:
+                raise ValueError
+            raw = bytes.fromhex(payload.decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            raise RemoteProtocolError(f"bad version list {payload[:20]!r}") from None
+    else:
+        raw = payload
+    return [(b >> 4, b & 0x0F) for b in raw]
+
+
+# -- binary serialization -------------------------------------------------------------------
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_REQ = struct.Struct(">HI")
+_RSP = struct.Struct(">HB")
+
+
+def _header(kind: int, encoding: int) -> int:
+    return (kind << 6) | (encoding << 3)
+
+
+def encode_binary(message: Message, with_ps: bool = True) -> bytes:
+    """One message, binary-serialized; ``with_ps=False`` for a WebSocket binary frame."""
+    if type(message) is Ping:
+        return b"\x00"
+    encoding = message.encoding  # type: ignore[union-attr]
+    payload = message.payload  # type: ignore[union-attr]
+    if encoding not in _ENCODINGS:
+        raise ValueError(f"unknown encoding {encoding}")
+    if encoding == 0 and payload:
+        raise ValueError("a message without encoding carries no payload")
+    if type(message) is Request:
+        head = bytes((_header(1, encoding),)) + _REQ.pack(message.id, message.action)
+    elif type(message) is Notify:
+        head = bytes((_header(2, encoding),)) + _U32.pack(message.action)
+    elif type(message) is Response:
+        head = bytes((_header(3, encoding),)) + _RSP.pack(message.id, message.status)
+    else:
+        raise TypeError(message)
+    if encoding == 0:
+        return head
+    if with_ps:
+        return head + _U32.pack(len(payload)) + payload
+    return head + payload
+
+
+_FIXED = {1: 7, 2: 5, 3: 4}  # header + fields, per kind
+
+
+def _parse_fixed(data: bytes, pos: int) -> tuple[int, int, int, int, int]:
+    """(kind, encoding, id, action_or_status, end of fixed part) at ``pos``; raises for a bad
+    header. The caller made sure the fixed part is there."""
+    head = data[pos]
+    kind, encoding = head >> 6, (head >> 3) & 7
+    if head & 7:
+        raise RemoteProtocolError(f"reserved header bits set: {head:#04x}")
+    if kind == 0:
+        if head != 0:
+            raise RemoteProtocolError(f"ping with non-zero header {head:#04x}")
+        return 0, 0, 0, 0, pos + 1
+    if encoding not in _ENCODINGS:
+        raise RemoteProtocolError(f"unknown encoding {encoding}")
+    if kind == 1:
+        ident, action = _REQ.unpack_from(data, pos + 1)
+        return kind, encoding, ident, action, pos + 7
+    if kind == 2:
+        return kind, encoding, 0, _U32.unpack_from(data, pos + 1)[0], pos + 5
+    ident, status = _RSP.unpack_from(data, pos + 1)
+    return kind, encoding, ident, status, pos + 4
+
+
+def _build(kind: int, encoding: int, ident: int, field: int, payload: bytes) -> Message:
+    if kind == 1:
+        return Request(ident, field, encoding, payload)
+    if kind == 2:
+        return Notify(field, encoding, payload)
+    return Response(ident, field, encoding, payload)
+
+
+class BinaryDecoder:
+    """Incremental parser of a binary STMP stream (TCP): messages with PS."""
+
+    def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+        self._buf = b""
+        self._max = max_payload
+
+    def feed(self, data: bytes) -> Iterator[Message]:
+        """Yield every complete message; raise :class:`RemoteProtocolError` at the first bad
+        one (after yielding those before it)."""
+        buf = self._buf + data if self._buf else data
+        pos, size = 0, len(buf)
+        try:
+            while pos < size:
+                head = buf[pos]
+                if head == 0:
+                    pos += 1
+                    yield PING
+                    continue
+                fixed = _FIXED.get(head >> 6, 1)
+                if pos + fixed > size:
+                    _parse_header_only(head)
+                    break
+                kind, encoding, ident, field, end = _parse_fixed(buf, pos)
+                if encoding == 0:
+                    pos = end
+                    yield _build(kind, encoding, ident, field, b"")
+                    continue
+                if end + 4 > size:
+                    break
+                length = _U32.unpack_from(buf, end)[0]
+                if length > self._max:
+                    raise RemoteProtocolError(f"payload of {length} bytes exceeds {self._max}")
+                stop = end + 4 + length
+                if stop > size:
+                    break
+                pos = stop
+                yield _build(kind, encoding, ident, field, buf[end + 4 : stop])
+        finally:
+            self._buf = buf[pos:]
+
+
+def _parse_header_only(head: int) -> None:
+    """Reject a bad header byte before the rest of its message arrives."""
+    if head & 7:
+        raise RemoteProtocolError(f"reserved header bits set: {head:#04x}")
+    if (head >> 6) and ((head >> 3) & 7) not in _ENCODINGS:
+        raise RemoteProtocolError(f"unknown encoding {(head >> 3) & 7}")
+
+
+def decode_binary_frame(frame: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> Message:
+    """One message from a WebSocket binary frame (no PS: the frame delimits the payload)."""
+    if not frame:
+        raise RemoteProtocolError("empty frame")
+    head = frame[0]
+    if head == 0:
+        if len(frame) != 1:
+            raise RemoteProtocolError("ping frame with extra bytes")
+        return PING
+    fixed = _FIXED.get(head >> 6, 1)
+    _parse_header_only(head)
+    if len(frame) < fixed:
+        raise RemoteProtocolError("truncated message")
+    kind, encoding, ident, field, end = _parse_fixed(frame, 0)
+    payload = frame[end:]
+    if encoding == 0 and payload:
+        raise RemoteProtocolError("payload on a message without encoding")
+    if len(payload) > max_payload:
+        raise RemoteProtocolError(f"payload of {len(payload)} bytes exceeds {max_payload}")
+    return _build(kind, encoding, ident, field, payload)
+
+
+# -- text serialization ---------------------------------------------------------------------
+
+_TEXT_FIELDS = {1: 4, 2: 3, 3: 4}  # fixed fields per kind, KIND and ENCODING included
+_LIMITS = {1: (0xFFFF, 0xFFFFFFFF), 2: (0xFFFFFFFF,), 3: (0xFFFF, 0xFF)}
+
+
+def encode_text(message: Message, inline: bool | None = None) -> tuple[str, bytes | None]:
+    """(text frame, binary follow-up frame or None). JSON payloads travel in the text frame,
+    binary encodings (protobuf, msgpack, bson, raw) in a second, binary frame; ``inline``
+    overrides that (the version check sends its raw hex list inline)."""
+    if type(message) is Ping:
+        return "0", None
+    encoding = message.encoding  # type: ignore[union-attr]
+    payload = message.payload  # type: ignore[union-attr]
+    if type(message) is Request:
+        fields = f"1|{encoding}|{message.id}|{message.action}"
+    elif type(message) is Notify:
+        fields = f"2|{encoding}|{message.action}"
+    elif type(message) is Response:
+        fields = f"3|{encoding}|{message.id}|{message.status}"
+    else:
+        raise TypeError(message)
+    if encoding == 0:
+        return fields, None
+    if inline is None:
+        inline = encoding == Encoding.JSON
+    if inline:
+        try:
+            return f"{fields}|{payload.decode('utf-8')}", None
+        except UnicodeDecodeError:
+            pass  # not text after all: send it as a binary frame
+    return fields, payload
+
+
+class TextDecoder:
+    """WebSocket frames (text mode) -> messages, pairing a payload-less text header with the
+    binary frame that follows it. A binary frame on its own is one binary message."""
+
+    def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+        self._pending: tuple[int, int, int, int] | None = None
+        self._max = max_payload
+
+    @property
+    def waiting_for_payload(self) -> bool:
+        return self._pending is not None
+
+    def text_frame(self, text: str) -> Message | None:
+        """A text frame: the message, or None when it is a header whose payload comes next."""
+        if self._pending is not None:
+            raise RemoteProtocolError("text frame where the binary payload was expected")
+        if text == "0":
+            return PING
+        kind_text = text.partition("|")[0]
+        count = _TEXT_FIELDS.get(int(kind_text)) if kind_text in ("1", "2", "3") else None
+        if count is None:
+            raise RemoteProtocolError(f"bad text message {text[:40]!r}")
+        parts = text.split("|", count)  # the fixed fields, then the payload (if any) whole
+        fixed = parts[1:count]
+        if len(fixed) != count - 1 or not all(p.isdigit() and p.isascii() for p in fixed):
+            raise RemoteProtocolError(f"bad text message {text[:40]!r}")
+        kind, encoding = int(kind_text), int(fixed[0])
+        numbers = [int(p) for p in fixed[1:]]
+        if encoding not in _ENCODINGS:
+            raise RemoteProtocolError(f"unknown encoding {encoding}")
+        for value, limit in zip(numbers, _LIMITS[kind], strict=True):
+            if value > limit:
+                raise RemoteProtocolError(f"field out of range in {text[:40]!r}")
+        ident = numbers[0] if kind in (1, 3) else 0
+        field = numbers[-1]
+        rest = parts[count] if len(parts) > count else None
+        if rest is None:
+            if encoding == 0:
+                return _build(kind, 0, ident, field, b"")
+            self._pending = (kind, encoding, ident, field)
+            return None
+        if encoding == 0:
+            raise RemoteProtocolError("payload on a message without encoding")
+        payload = rest.encode("utf-8", "surrogatepass")
+        if len(payload) > self._max:
+            raise RemoteProtocolError(f"payload of {len(payload)} bytes exceeds {self._max}")
+        return _build(kind, encoding, ident, field, payload)
+
+    def binary_frame(self, frame: bytes) -> Message:
+        """A binary frame: the payload of the pending header, or a whole binary message."""
+        if self._pending is None:
+            return decode_binary_frame(frame, self._max)
+        kind, encoding, ident, field = self._pending
+        self._pending = None
+        if len(frame) > self._max:
+            raise RemoteProtocolError(f"payload of {len(frame)} bytes exceeds {self._max}")
+        return _build(kind, encoding, ident, field, frame)
