@@ -150,11 +150,11 @@ def encode_versions(versions: list[tuple[int, int]], text: bool = False) -> byte
 def decode_versions(payload: bytes, text: bool = False) -> list[tuple[int, int]]:
     if text:
         try:
-            if len(payload) % 2:
-                raise ValueError
             raw = bytes.fromhex(payload.decode("ascii"))
         except (ValueError, UnicodeDecodeError):
-            raise RemoteProtocolError(f"bad version list {payload[:20]!r}") from None
+            raw = None
+        if raw is None or len(payload) % 2 or payload != payload.lower():
+            raise RemoteProtocolError(f"bad version list {payload[:20]!r}")
     else:
         raw = payload
     return [(b >> 4, b & 0x0F) for b in raw]
