@@ -54,6 +54,20 @@ def msgbroker_register_auth_schemes(
     """
 
 
+@hookspec
+def msgbroker_register_stmp_routes(router: Any) -> None:
+    """Route STMP actions to handlers.
+
+    Call ``router.add(prefix, handler, timeout=30.0)`` with an action (``"10.1.2.3"``) or a
+    dotted prefix (``"10.1.0.0/16"``); the longest matching prefix wins. ``handler``
+    receives a :class:`msgbroker.plugins.stmp.router.RouteRequest` (session, broker,
+    action, encoding, decoded payload) and returns the reply payload, a ``Reply``, a
+    Deferred or a coroutine; raising ``STMPStatusError`` answers with its status, any other
+    exception with ``0x30``; no answer within ``timeout`` seconds with ``0x34``. Actions in
+    ``0.0.0.0/24`` belong to the protocol; the broker's own actions use ``0.0.1.0/24``.
+    """
+
+
 @hookspec(firstresult=True)
 def msgbroker_authenticate(request: LoginRequest) -> AuthResult | None:
     """Decide a login before its scheme does. *firstresult*.

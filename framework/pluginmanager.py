@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 #: are identical (pyproject.toml).
 BUILTIN_PLUGINS = {
     "ssmp": "msgbroker.plugins.ssmp.plugin",
+    "stmp": "msgbroker.plugins.stmp.plugin",
     "auth-open": "msgbroker.plugins.auth.open",
     "auth-secret": "msgbroker.plugins.auth.secret",
     "auth-cert": "msgbroker.plugins.auth.cert",

@@ -1,0 +1,154 @@
+"""The built-in broker actions, ``0.0.1.0/24`` (DECISIONS.md), routed like any plugin's.
+
+| action | request | reply |
+|---|---|---|
+| ``0.0.1.1`` login | ``{"id", "scheme", "credential"?}`` | Ok / 0x21 (+ ``{"schemes": [...]}``) |
+| ``0.0.1.2`` subscribe | ``{"topic", "presence"?}`` | Ok / 0x20; already subscribed is Ok |
+| ``0.0.1.3`` unsubscribe | ``{"topic"}`` | Ok / 0x24 |
+| ``0.0.1.4`` publish | ``{"topic", "data" or "data_b64"}`` | Ok |
+| ``0.0.1.5`` unicast | ``{"to", "data" or "data_b64"}`` | Ok / 0x24 |
+| ``0.0.1.6`` broadcast | ``{"data" or "data_b64"}`` | Ok |
+
+Refusals by ``msgbroker_authorize`` answer ``0x23 Forbidden``; anonymous (``.``) sessions
+may publish and unicast only, like SSMP's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgbroker.auth import Accept, LoginRequest
+from msgbroker.errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
+from msgbroker.message import Kind, Message
+
+from .codec import Status
+from .payloads import data_from
+from .router import Reply, Router, RouteRequest, STMPStatusError
+
+ACTIONS = {
+    "login": "0.0.1.1",
+    "subscribe": "0.0.1.2",
+    "unsubscribe": "0.0.1.3",
+    "publish": "0.0.1.4",
+    "unicast": "0.0.1.5",
+    "broadcast": "0.0.1.6",
+}
+
+
+def _fields(request: RouteRequest, *required: str) -> dict[str, Any]:
+    payload = request.payload
+    if not isinstance(payload, dict):
+        raise STMPStatusError(Status.BAD_REQUEST)
+    for name in required:
+        if not isinstance(payload.get(name), str) or not payload[name]:
+            raise STMPStatusError(Status.BAD_REQUEST)
+    return payload
+
+
+def _data(request: RouteRequest, fields: dict[str, Any]) -> bytes:
+    try:
+        return data_from(fields, request.encoding)
+    except ValueError:
+        raise STMPStatusError(Status.BAD_REQUEST) from None
+
+
+def _authorize(request: RouteRequest, action: str, topic: str | None) -> None:
+    broker = request.broker
+    if broker.authorizes and not broker.authorize(request.session, action, topic):
+        raise STMPStatusError(Status.FORBIDDEN)
+
+
+def login(request: RouteRequest) -> Any:
+    fields = _fields(request, "id", "scheme")
+    session, broker = request.session, request.broker
+    if session.identity is not None:
+        raise STMPStatusError(Status.BAD_REQUEST, {"error": "already logged in"})
+    credential = fields.get("credential")
+    if isinstance(credential, str):
+        credential = credential.encode()
+    elif credential is not None and not isinstance(credential, bytes):
+        raise STMPStatusError(Status.BAD_REQUEST)
+    connection = session.data["stmp"]
+    login_request = LoginRequest(
+        protocol="stmp",
+        identity=fields["id"],
+        scheme=fields["scheme"],
+        credential=credential,
+        host=session.host,
+        tls_names=connection.peer_names(),
+    )
+    result = broker.login(session, login_request)
+    if not isinstance(result, Accept):
+        raise STMPStatusError(Status.UNAUTHORIZED, {"schemes": list(broker.enabled_schemes)})
+    connection.logged_in(request.encoding, connection.current_framing)
+    return None
+
+
+def subscribe(request: RouteRequest) -> Any:
+    fields = _fields(request, "topic")
+    topic, presence = fields["topic"], bool(fields.get("presence", False))
+    _authorize(request, "subscribe", topic)
+    session = request.session
+    try:
+        snapshot = request.broker.hub.subscribe(session, topic, presence)
+    except AlreadySubscribed:
+        return None
+    except NotAllowed:
+        raise STMPStatusError(Status.BAD_REQUEST) from None
+
+    def send_snapshot() -> None:
+        for message in snapshot:
+            frame = message.encoded(session.encode)
+            if frame is not None:
+                session.send(frame)
+
+    return Reply(Status.OK, None, send_snapshot if snapshot else None)
+
+
+def unsubscribe(request: RouteRequest) -> Any:
+    fields = _fields(request, "topic")
+    try:
+        request.broker.hub.unsubscribe(request.session, fields["topic"])
+    except (NotSubscribed, NotAllowed):
+        raise STMPStatusError(Status.NOT_FOUND) from None
+    return None
+
+
+def publish(request: RouteRequest) -> Any:
+    fields = _fields(request, "topic")
+    topic = fields["topic"]
+    _authorize(request, "publish", topic)
+    session = request.session
+    message = Message(Kind.MCAST, session.identity, "stmp", topic, _data(request, fields))
+    request.broker.hub.multicast(session, message)
+    return None
+
+
+def unicast(request: RouteRequest) -> Any:
+    fields = _fields(request, "to")
+    target = fields["to"]
+    _authorize(request, "unicast", target)
+    session = request.session
+    message = Message(Kind.UCAST, session.identity, "stmp", target, _data(request, fields))
+    try:
+        request.broker.hub.unicast(message)
+    except NoSuchIdentity:
+        raise STMPStatusError(Status.NOT_FOUND) from None
+    return None
+
+
+def broadcast(request: RouteRequest) -> Any:
+    fields = _fields(request)
+    _authorize(request, "broadcast", None)
+    session = request.session
+    message = Message(Kind.BCAST, session.identity, "stmp", None, _data(request, fields))
+    try:
+        request.broker.hub.broadcast(session, message)
+    except NotAllowed:
+        raise STMPStatusError(Status.FORBIDDEN) from None
+    return None
+
+
+def register(router: Router) -> None:
+    for name, action in ACTIONS.items():
+        router.add(action, globals()[name])

@@ -1,0 +1,64 @@
+"""The STMP plugin: the ``stmp`` (TCP, binary) and ``stmp-ws`` (WebSocket, text) protocols,
+the router every plugin adds routes to, and the built-in broker actions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+from msgbroker import hookimpl
+from msgbroker.broker import ProtocolSpec
+from msgbroker.connection import BrokerFactory
+
+from . import actions
+from .codec import DEFAULT_MAX_PAYLOAD
+from .protocol import STMPServerProtocol
+from .router import Router
+
+if TYPE_CHECKING:
+    from msgbroker.broker import Broker
+    from msgbroker.config import Listener
+
+DEFAULT_ENDPOINT = "tcp:4445:interface=127.0.0.1"
+DEFAULT_WS_ENDPOINT = "tcp:4446:interface=127.0.0.1"
+_routers: WeakKeyDictionary[Any, Router] = WeakKeyDictionary()
+
+
+def router_for(broker: Broker) -> Router:
+    """The broker's STMP router, built once from ``msgbroker_register_stmp_routes``."""
+    router = _routers.get(broker)
+    if router is None:
+        router = _routers[broker] = Router()
+        broker.pm.hook.msgbroker_register_stmp_routes(router=router)
+    return router
+
+
+class STMPFactory(BrokerFactory):
+    def __init__(self, broker: Broker, listener: Listener) -> None:
+        super().__init__(STMPServerProtocol, broker, listener)
+        self.router = router_for(broker)
+        self.max_payload = DEFAULT_MAX_PAYLOAD
+
+
+def build_factory(broker: Broker, listener: Listener) -> STMPFactory:
+    return STMPFactory(broker, listener)
+
+
+def build_ws_factory(broker: Broker, listener: Listener) -> Any:
+    from .websocket import STMPWebSocketFactory
+
+    return STMPWebSocketFactory(broker, listener, router_for(broker))
+
+
+@hookimpl
+def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
+    register(ProtocolSpec("stmp", build_factory, DEFAULT_ENDPOINT, "STMP 0.1, binary over TCP"))
+    register(
+        ProtocolSpec("stmp-ws", build_ws_factory, DEFAULT_WS_ENDPOINT, "STMP 0.1 over WebSocket")
+    )
+
+
+@hookimpl
+def msgbroker_register_stmp_routes(router: Router) -> None:
+    actions.register(router)
