@@ -108,28 +108,35 @@ PING = Ping()
 
 
 def action_to_str(action: int) -> str:
-    """``0x01020304`` -> ``"1.2.3.4"``."""
+    """``0x01020304`` -> ``"1.2.3.4"``; ValueError outside 0..2**32-1."""
+    if not 0 <= action <= 0xFFFFFFFF:
+        raise ValueError(f"action out of range: {action}")
     return ".".join(str(b) for b in action.to_bytes(4, "big"))
+
+
+def _is_decimal(text: str, max_digits: int) -> bool:
+    """1..max_digits ASCII digits (``str.isdigit`` alone admits digits of other scripts)."""
+    return 0 < len(text) <= max_digits and text.isascii() and text.isdigit()
 
 
 def parse_action(text: str | int) -> int:
     """``"1.2.3.4"`` (or an int) -> ``0x01020304``; ValueError for anything else."""
     if isinstance(text, int):
-        if not 0 <= text <= 0xFFFFFFFF:
+        if isinstance(text, bool) or not 0 <= text <= 0xFFFFFFFF:
             raise ValueError(f"action out of range: {text}")
         return text
     parts = text.split(".")
-    if len(parts) != 4 or not all(p.isdigit() and int(p) <= 255 for p in parts):
+    if len(parts) != 4 or not all(_is_decimal(p, 3) and int(p) <= 255 for p in parts):
         raise ValueError(f"not a dotted action: {text!r}")
     return int.from_bytes(bytes(int(p) for p in parts), "big")
 
 
 def parse_prefix(text: str) -> tuple[int, int]:
     """``"10.1.0.0/16"`` -> (value, prefix length); a bare action is a /32."""
-    address, _, bits = text.partition("/")
-    length = 32 if not bits else int(bits)
-    if not 0 <= length <= 32:
+    address, slash, bits = text.partition("/")
+    if slash and not (_is_decimal(bits, 2) and int(bits) <= 32):
         raise ValueError(f"bad prefix length in {text!r}")
+    length = int(bits) if slash else 32
     value = parse_action(address)
     mask = (0xFFFFFFFF << (32 - length)) & 0xFFFFFFFF
     if value & ~mask:
@@ -137,24 +144,26 @@ def parse_prefix(text: str) -> tuple[int, int]:
     return value, length
 
 
+_LOWER_HEX = b"0123456789abcdef"
+
 # -- versions -------------------------------------------------------------------------------
 
 
 def encode_versions(versions: list[tuple[int, int]], text: bool = False) -> bytes:
     """A version list: one byte ``major<<4|minor`` each, or two lower-case hex digits each
-    in text mode."""
+    in text mode. ValueError for a major or minor outside 0..15."""
+    if not all(0 <= major <= 15 and 0 <= minor <= 15 for major, minor in versions):
+        raise ValueError(f"version numbers are 0..15: {versions}")
     raw = bytes((major << 4) | minor for major, minor in versions)
     return raw.hex().encode() if text else raw
 
 
 def decode_versions(payload: bytes, text: bool = False) -> list[tuple[int, int]]:
     if text:
-        try:
-            raw = bytes.fromhex(payload.decode("ascii"))
-        except (ValueError, UnicodeDecodeError):
-            raw = None
-        if raw is None or len(payload) % 2 or payload != payload.lower():
+        # exactly pairs of lower-case hex digits (bytes.fromhex alone admits whitespace)
+        if len(payload) % 2 or payload.translate(None, _LOWER_HEX):
             raise RemoteProtocolError(f"bad version list {payload[:20]!r}")
+        raw = bytes.fromhex(payload.decode("ascii"))
     else:
         raw = payload
     return [(b >> 4, b & 0x0F) for b in raw]
@@ -176,25 +185,33 @@ def encode_binary(message: Message, with_ps: bool = True) -> bytes:
     """One message, binary-serialized; ``with_ps=False`` for a WebSocket binary frame."""
     if type(message) is Ping:
         return b"\x00"
-    encoding = message.encoding  # type: ignore[union-attr]
-    payload = message.payload  # type: ignore[union-attr]
+    encoding, payload = _encoding_and_payload(message)
+    try:  # struct range-checks ID, ACTION, STATUS and PS
+        if type(message) is Request:
+            head = bytes((_header(1, encoding),)) + _REQ.pack(message.id, message.action)
+        elif type(message) is Notify:
+            head = bytes((_header(2, encoding),)) + _U32.pack(message.action)
+        else:
+            head = bytes((_header(3, encoding),)) + _RSP.pack(message.id, message.status)
+        if encoding == 0:
+            return head
+        if with_ps:
+            return head + _U32.pack(len(payload)) + payload
+    except struct.error as exc:
+        raise ValueError(f"cannot encode this {type(message).__name__}: {exc}") from None
+    return head + payload
+
+
+def _encoding_and_payload(message: Request | Notify | Response) -> tuple[int, bytes]:
+    """The message's encoding and payload; ValueError when the protocol cannot carry them."""
+    if type(message) not in (Request, Notify, Response):
+        raise TypeError(message)
+    encoding, payload = message.encoding, message.payload
     if encoding not in _ENCODINGS:
         raise ValueError(f"unknown encoding {encoding}")
     if encoding == 0 and payload:
         raise ValueError("a message without encoding carries no payload")
-    if type(message) is Request:
-        head = bytes((_header(1, encoding),)) + _REQ.pack(message.id, message.action)
-    elif type(message) is Notify:
-        head = bytes((_header(2, encoding),)) + _U32.pack(message.action)
-    elif type(message) is Response:
-        head = bytes((_header(3, encoding),)) + _RSP.pack(message.id, message.status)
-    else:
-        raise TypeError(message)
-    if encoding == 0:
-        return head
-    if with_ps:
-        return head + _U32.pack(len(payload)) + payload
-    return head + payload
+    return int(encoding), payload
 
 
 _FIXED = {1: 7, 2: 5, 3: 4}  # header + fields, per kind
@@ -234,14 +251,28 @@ class BinaryDecoder:
     """Incremental parser of a binary STMP stream (TCP): messages with PS."""
 
     def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
-        self._buf = b""
+        self._buf = b""  # the start of the next message
+        self._more: list[bytes] = []  # chunks after _buf, not joined to it yet
+        self._have = 0  # len(_buf) + the lengths of _more
+        self._need = 0  # bytes the message in _buf needs, once its PS is known (else 0)
         self._max = max_payload
 
     def feed(self, data: bytes) -> Iterator[Message]:
         """Yield every complete message; raise :class:`RemoteProtocolError` at the first bad
-        one (after yielding those before it)."""
-        buf = self._buf + data if self._buf else data
-        pos, size = 0, len(buf)
+        one (after yielding those before it). A generator: iterate it, or nothing happens.
+
+        The chunks of a large message are only joined once it is complete, so a payload
+        arriving in many small reads costs linear time, not quadratic."""
+        if self._need > self._have + len(data):
+            self._more.append(data)
+            self._have += len(data)
+            return
+        if self._more:
+            buf = b"".join((self._buf, *self._more, data))
+            self._more = []
+        else:
+            buf = self._buf + data if self._buf else data
+        pos, size, need = 0, len(buf), 0
         try:
             while pos < size:
                 head = buf[pos]
@@ -265,11 +296,14 @@ class BinaryDecoder:
                     raise RemoteProtocolError(f"payload of {length} bytes exceeds {self._max}")
                 stop = end + 4 + length
                 if stop > size:
+                    need = stop - pos
                     break
                 pos = stop
                 yield _build(kind, encoding, ident, field, buf[end + 4 : stop])
         finally:
             self._buf = buf[pos:]
+            self._have = len(self._buf)
+            self._need = need
 
 
 def _parse_header_only(head: int) -> None:
@@ -314,16 +348,13 @@ def encode_text(message: Message, inline: bool | None = None) -> tuple[str, byte
     overrides that (the version check sends its raw hex list inline)."""
     if type(message) is Ping:
         return "0", None
-    encoding = message.encoding  # type: ignore[union-attr]
-    payload = message.payload  # type: ignore[union-attr]
+    encoding, payload = _encoding_and_payload(message)
     if type(message) is Request:
-        fields = f"1|{encoding}|{message.id}|{message.action}"
+        fields = f"1|{encoding}|{_field(message.id, 0xFFFF)}|{_field(message.action, _U32_MAX)}"
     elif type(message) is Notify:
-        fields = f"2|{encoding}|{message.action}"
-    elif type(message) is Response:
-        fields = f"3|{encoding}|{message.id}|{message.status}"
+        fields = f"2|{encoding}|{_field(message.action, _U32_MAX)}"
     else:
-        raise TypeError(message)
+        fields = f"3|{encoding}|{_field(message.id, 0xFFFF)}|{_field(message.status, 0xFF)}"
     if encoding == 0:
         return fields, None
     if inline is None:
@@ -334,6 +365,16 @@ def encode_text(message: Message, inline: bool | None = None) -> tuple[str, byte
         except UnicodeDecodeError:
             pass  # not text after all: send it as a binary frame
     return fields, payload
+
+
+_U32_MAX = 0xFFFFFFFF
+
+
+def _field(value: int, limit: int) -> int:
+    """A text field's value as a plain int (``"36"``, never ``"Status.NOT_FOUND"``)."""
+    if not 0 <= value <= limit:
+        raise ValueError(f"field out of range 0..{limit}: {value}")
+    return int(value)
 
 
 class TextDecoder:
@@ -360,7 +401,8 @@ class TextDecoder:
             raise RemoteProtocolError(f"bad text message {text[:40]!r}")
         parts = text.split("|", count)  # the fixed fields, then the payload (if any) whole
         fixed = parts[1:count]
-        if len(fixed) != count - 1 or not all(p.isdigit() and p.isascii() for p in fixed):
+        # at most 10 digits (ACTION's width): int() of a huge digit string raises ValueError
+        if len(fixed) != count - 1 or not all(_is_decimal(p, 10) for p in fixed):
             raise RemoteProtocolError(f"bad text message {text[:40]!r}")
         kind, encoding = int(kind_text), int(fixed[0])
         numbers = [int(p) for p in fixed[1:]]

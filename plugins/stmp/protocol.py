@@ -34,7 +34,8 @@ SUPPORTED_VERSIONS = [codec.VERSION]
 #: how a connection frames what it sends: "binary" (TCP, with PS), or over WebSocket
 #: "text" (text frames, binary payloads in a second frame) or "frame" (binary frames)
 Framing = str
-Serializer = Callable[[codec.Message], bytes]
+#: message (and ``inline``: a text payload in the text frame, see codec.encode_text) -> wire
+Serializer = Callable[[codec.Message, "bool | None"], bytes]
 
 
 # -- delivery encoders ----------------------------------------------------------------------
@@ -65,14 +66,18 @@ def delivery_encoder(framing: Framing, encoding: int) -> Callable[[Message], byt
 
         def encode(message: Message) -> bytes | None:
             payload = encode_payload(_delivery(message, encoding), encoding)
-            return serialize(Notify(payloads.DELIVERY, encoding, payload))
+            return serialize(Notify(payloads.DELIVERY, encoding, payload), None)
 
         encode.__qualname__ = f"stmp_{framing}_{Encoding(encoding).name.lower()}_delivery"
         encoder = _encoders[key] = encode
     return encoder
 
 
-_serializers: dict[Framing, Serializer] = {"binary": codec.encode_binary}
+def _binary(message: codec.Message, inline: bool | None = None) -> bytes:
+    return codec.encode_binary(message)
+
+
+_serializers: dict[Framing, Serializer] = {"binary": _binary}
 
 
 def serializer(framing: Framing) -> Serializer:
@@ -123,9 +128,11 @@ class STMPConnection:
 
     # -- output --------------------------------------------------------------------------------
 
-    def send(self, message: codec.Message, framing: Framing | None = None) -> None:
+    def send(
+        self, message: codec.Message, framing: Framing | None = None, inline: bool | None = None
+    ) -> None:
         serialize = self._serialize if framing is None else serializer(framing)
-        self.session.send(serialize(message))
+        self.session.send(serialize(message, inline))
 
     def respond(self, request: Request, status: int, payload: Any = None, framing=None) -> None:
         if payload is None:
@@ -283,7 +290,8 @@ class STMPConnection:
             return
         self.version = chosen
         payload = codec.encode_versions([chosen], text=text)
-        self.send(Response(0, Status.OK, Encoding.RAW, payload), framing)
+        # text mode carries the version list as hex inside the text frame
+        self.send(Response(0, Status.OK, Encoding.RAW, payload), framing, inline=text)
 
     # -- login (called by the built-in login action) -------------------------------------------
 
