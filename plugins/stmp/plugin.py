@@ -10,6 +10,7 @@ from weakref import WeakKeyDictionary
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
 from msgbroker.connection import BrokerFactory
+from msgbroker.errors import ConfigError
 
 from . import actions
 from .codec import DEFAULT_MAX_PAYLOAD
@@ -29,8 +30,12 @@ def router_for(broker: Broker) -> Router:
     """The broker's STMP router, built once from ``msgbroker_register_stmp_routes``."""
     router = _routers.get(broker)
     if router is None:
-        router = _routers[broker] = Router()
-        broker.pm.hook.msgbroker_register_stmp_routes(router=router)
+        router = Router()
+        try:
+            broker.pm.hook.msgbroker_register_stmp_routes(router=router)
+        except ValueError as e:
+            raise ConfigError(f"bad STMP route: {e}") from None
+        _routers[broker] = router
     return router
 
 
