@@ -144,9 +144,9 @@ def parse_prefix(text: str) -> tuple[int, int]:
     return value, length
 
 
-_LOWER_HEX = b"0123456789abcdef"
-
 # -- versions -------------------------------------------------------------------------------
+
+_LOWER_HEX = b"0123456789abcdef"
 
 
 def encode_versions(versions: list[tuple[int, int]], text: bool = False) -> bytes:
@@ -183,13 +183,13 @@ def _header(kind: int, encoding: int) -> int:
 
 def encode_binary(message: Message, with_ps: bool = True) -> bytes:
     """One message, binary-serialized; ``with_ps=False`` for a WebSocket binary frame."""
-    if type(message) is Ping:
+    if isinstance(message, Ping):
         return b"\x00"
     encoding, payload = _encoding_and_payload(message)
     try:  # struct range-checks ID, ACTION, STATUS and PS
-        if type(message) is Request:
+        if isinstance(message, Request):
             head = bytes((_header(1, encoding),)) + _REQ.pack(message.id, message.action)
-        elif type(message) is Notify:
+        elif isinstance(message, Notify):
             head = bytes((_header(2, encoding),)) + _U32.pack(message.action)
         else:
             head = bytes((_header(3, encoding),)) + _RSP.pack(message.id, message.status)
@@ -204,7 +204,7 @@ def encode_binary(message: Message, with_ps: bool = True) -> bytes:
 
 def _encoding_and_payload(message: Request | Notify | Response) -> tuple[int, bytes]:
     """The message's encoding and payload; ValueError when the protocol cannot carry them."""
-    if type(message) not in (Request, Notify, Response):
+    if not isinstance(message, (Request, Notify, Response)):
         raise TypeError(message)
     encoding, payload = message.encoding, message.payload
     if encoding not in _ENCODINGS:
@@ -346,12 +346,12 @@ def encode_text(message: Message, inline: bool | None = None) -> tuple[str, byte
     """(text frame, binary follow-up frame or None). JSON payloads travel in the text frame,
     binary encodings (protobuf, msgpack, bson, raw) in a second, binary frame; ``inline``
     overrides that (the version check sends its raw hex list inline)."""
-    if type(message) is Ping:
+    if isinstance(message, Ping):
         return "0", None
     encoding, payload = _encoding_and_payload(message)
-    if type(message) is Request:
+    if isinstance(message, Request):
         fields = f"1|{encoding}|{_field(message.id, 0xFFFF)}|{_field(message.action, _U32_MAX)}"
-    elif type(message) is Notify:
+    elif isinstance(message, Notify):
         fields = f"2|{encoding}|{_field(message.action, _U32_MAX)}"
     else:
         fields = f"3|{encoding}|{_field(message.id, 0xFFFF)}|{_field(message.status, 0xFF)}"
