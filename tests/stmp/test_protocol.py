@@ -247,7 +247,7 @@ def test_reserved_range_cannot_be_routed_by_plugins():
             router.add("0.0.0.5", lambda r: None)
 
     broker = make_broker(BrokerConfig(auth=("open",)), plugins=[Bad()])
-    with pytest.raises(ConfigError, match="bad STMP route: 0.0.0.5 is in 0.0.0.0/24"):
+    with pytest.raises(ConfigError, match=r"bad STMP route: 0\.0\.0\.5 is in 0\.0\.0\.0/24"):
         connect(broker, "stmp")
 
 
