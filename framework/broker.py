@@ -95,6 +95,8 @@ class Broker:
         has_tls = any(listener.is_tls for listener in self.listeners())
         if has_tls and self.config.tls_ca and "cert" not in names:
             names.append("cert")
+        elif "cert" in names and not self.config.tls_ca:
+            raise ConfigError("the cert scheme needs --tls-ca to verify client certificates")
         elif has_tls and not self.config.tls_ca:
             log.warn(
                 "TLS listeners without --tls-ca: client certificates cannot be verified, "

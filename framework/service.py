@@ -137,6 +137,7 @@ class BrokerService(service.MultiService):
             )
             # the clock matters: TLS flushes its writes with it (the global reactor otherwise)
             factory = TLSMemoryBIOFactory(self._tls(), False, factory, clock=self.reactor)
+            factory.noisy = False  # the listener service logs what it is bound to
         try:
             endpoint = serverFromString(self.reactor, endpoint_text)
         except Exception as e:

@@ -113,6 +113,28 @@ class Session:
             self.send = _discard
             self.close("slow consumer")
 
+    def reply(self, frame: bytes) -> None:
+        """Send a reply to this peer's own request. Within the budget like any output, but
+        never dropped: a lost reply would break the request/reply pairing, so a peer that
+        does not read its replies is disconnected whatever the policy."""
+        if not self.paused:
+            self.transport.write(frame)
+            return
+        if self.close_reason is not None:
+            return
+        fd = self._fd
+        if fd is not None:
+            buffered = fd._tempDataLen + len(fd.dataBuffer) - fd.offset
+            backlog = max(0, buffered - fd.bufferSize) + len(frame)
+        else:
+            backlog = self.backlog + len(frame)
+        if backlog <= self.policy.max_backlog:
+            self.backlog = backlog
+            self.transport.write(frame)
+            return
+        self.send = _discard
+        self.close("slow consumer")
+
     def close(self, reason: str) -> None:
         """Close the connection for ``reason`` (first reason wins)."""
         if self.close_reason is None:

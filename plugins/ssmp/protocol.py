@@ -93,8 +93,9 @@ class SSMPServerProtocol(BrokerProtocol):
         self._closing = False
         self._handle = self._handle_before_login
 
-    # Replies and events alike go through ``session.send``: a client that sends requests
-    # but never reads its replies is a slow consumer like any other, with the same budget.
+    # Replies go through ``session.reply``, events through ``session.send``: both within
+    # the output budget (a client that floods requests without reading is a slow consumer
+    # too), but a reply is never dropped, since that would break the request/reply pairing.
 
     def dataReceived(self, data: bytes) -> None:
         if self._closing:
@@ -126,7 +127,7 @@ class SSMPServerProtocol(BrokerProtocol):
         )
         result = self.broker.login(session, request)
         if not isinstance(result, Accept):
-            self.session.send(
+            self.session.reply(
                 codec.encode_reply(401, " ".join(self.broker.enabled_schemes).encode())
             )
             self._close("login refused")
@@ -135,7 +136,7 @@ class SSMPServerProtocol(BrokerProtocol):
         self._prefix = b"000 %s " % identity.encode("ascii")
         self._handle = self._handle_request
         self.logged_in()
-        self.session.send(OK)
+        self.session.reply(OK)
 
     # -- after login -------------------------------------------------------------------------
 
@@ -145,12 +146,12 @@ class SSMPServerProtocol(BrokerProtocol):
     def _mcast(self, event: codec.Mcast) -> None:
         session = self.session
         if self.broker.authorizes and not self.broker.authorize(session, "publish", event.topic):
-            self.session.send(NOT_ALLOWED)
+            self.session.reply(NOT_ALLOWED)
             return
         message = Message(Kind.MCAST, session.identity, "ssmp", event.topic, event.payload)  # type: ignore[arg-type]
         message.preencode(encode_message, self._prefix + event.line + b"\n")
         self.hub.multicast(session, message)
-        self.session.send(OK)
+        self.session.reply(OK)
 
     def _mcast_run(self, event: codec.McastRun) -> None:
         """Pipelined MCASTs to one topic: routed as one run, answered with one write."""
@@ -174,50 +175,50 @@ class SSMPServerProtocol(BrokerProtocol):
             encode_message, prefix + event.block[:-1].replace(b"\n", b"\n" + prefix) + b"\n"
         )
         self.hub.multicast_run(self.session, run)
-        self.session.send(OK * event.count)
+        self.session.reply(OK * event.count)
 
     def _ucast(self, event: codec.Ucast) -> None:
         session = self.session
         if self.broker.authorizes and not self.broker.authorize(session, "unicast", event.target):
-            self.session.send(NOT_ALLOWED)
+            self.session.reply(NOT_ALLOWED)
             return
         message = Message(Kind.UCAST, session.identity, "ssmp", event.target, event.payload)  # type: ignore[arg-type]
         message.preencode(encode_message, self._prefix + event.line + b"\n")
         try:
             self.hub.unicast(message)
         except NoSuchIdentity:
-            self.session.send(NOT_FOUND)
+            self.session.reply(NOT_FOUND)
             return
-        self.session.send(OK)
+        self.session.reply(OK)
 
     def _bcast(self, event: codec.Bcast) -> None:
         session = self.session
         if self.broker.authorizes and not self.broker.authorize(session, "broadcast", None):
-            self.session.send(NOT_ALLOWED)
+            self.session.reply(NOT_ALLOWED)
             return
         message = Message(Kind.BCAST, session.identity, "ssmp", None, event.payload)  # type: ignore[arg-type]
         message.preencode(encode_message, self._prefix + event.line + b"\n")
         try:
             self.hub.broadcast(session, message)
         except NotAllowed:
-            self.session.send(NOT_ALLOWED)
+            self.session.reply(NOT_ALLOWED)
             return
-        self.session.send(OK)
+        self.session.reply(OK)
 
     def _subscribe(self, event: codec.Subscribe) -> None:
         session = self.session
         if self.broker.authorizes and not self.broker.authorize(session, "subscribe", event.topic):
-            self.session.send(NOT_ALLOWED)
+            self.session.reply(NOT_ALLOWED)
             return
         try:
             snapshot = self.hub.subscribe(session, event.topic, event.presence)
         except NotAllowed:
-            self.session.send(NOT_ALLOWED)
+            self.session.reply(NOT_ALLOWED)
             return
         except AlreadySubscribed:
-            self.session.send(CONFLICT)
+            self.session.reply(CONFLICT)
             return
-        self.session.send(OK)
+        self.session.reply(OK)
         for message in snapshot:
             frame = message.encoded(encode_message)
             if frame is not None:
@@ -227,29 +228,29 @@ class SSMPServerProtocol(BrokerProtocol):
         try:
             self.hub.unsubscribe(self.session, event.topic)
         except NotAllowed:
-            self.session.send(NOT_ALLOWED)
+            self.session.reply(NOT_ALLOWED)
             return
         except NotSubscribed:
-            self.session.send(NOT_FOUND)
+            self.session.reply(NOT_FOUND)
             return
-        self.session.send(OK)
+        self.session.reply(OK)
 
     def _login_again(self, event: codec.Login) -> None:
-        self.session.send(NOT_ALLOWED)
+        self.session.reply(NOT_ALLOWED)
         self._close("second LOGIN")
 
     def _ping(self, event: codec.Ping) -> None:
-        self.session.send(PONG_EVENT)
+        self.session.reply(PONG_EVENT)
 
     def _pong(self, event: codec.Pong) -> None:
         pass  # never answer a PONG; receiving it already counted as activity
 
     def _close_request(self, event: codec.Close) -> None:
-        self.session.send(OK)
+        self.session.reply(OK)
         self._close("CLOSE")
 
     def _unknown(self, event: codec.UnknownVerb) -> None:
-        self.session.send(NOT_IMPLEMENTED)
+        self.session.reply(NOT_IMPLEMENTED)
 
     # -- closing -----------------------------------------------------------------------------
 
@@ -258,7 +259,7 @@ class SSMPServerProtocol(BrokerProtocol):
 
     def _bad_request(self, why: str) -> None:
         log.debug("ssmp {host}: 400: {why}", host=self.session.host, why=why)
-        self.session.send(BAD_REQUEST)
+        self.session.reply(BAD_REQUEST)
         self._close(f"protocol error: {why}")
 
     def _close(self, reason: str) -> None:

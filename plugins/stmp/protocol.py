@@ -132,7 +132,10 @@ class STMPConnection:
         self, message: codec.Message, framing: Framing | None = None, inline: bool | None = None
     ) -> None:
         serialize = self._serialize if framing is None else serializer(framing)
-        self.session.send(serialize(message, inline))
+        if type(message) is Response:
+            self.session.reply(serialize(message, inline))  # never dropped
+        else:
+            self.session.send(serialize(message, inline))
 
     def respond(self, request: Request, status: int, payload: Any = None, framing=None) -> None:
         if payload is None:

@@ -124,3 +124,10 @@ def _options(*argv):
     options = BrokerOptions()
     options.parseOptions(list(argv))
     return options
+
+
+def test_cert_scheme_without_a_ca_is_a_config_error():
+    from twisted.internet.task import Clock
+
+    with pytest.raises(ConfigError, match="the cert scheme needs --tls-ca"):
+        makeService(_options("--auth", "cert"), Clock())

@@ -239,7 +239,7 @@ class EchoPlugin:
 
 def test_register_protocols_hook_adds_a_protocol_with_its_default_endpoint():
     broker = make_broker(BrokerConfig(auth=("open",)), plugins=[EchoPlugin()])
-    assert set(broker.protocols) == {"ssmp", "echo"}
+    assert {"ssmp", "echo"} <= set(broker.protocols)
     assert Listener("echo", "tcp:7777:interface=127.0.0.1") in broker.listeners()
     conn = connect(broker, "echo")
     conn.send(b"ping?")

@@ -35,10 +35,10 @@ def test_first_request_not_login_is_400_and_close(broker):
 
 
 def test_unknown_scheme_is_401_with_scheme_list_and_close():
-    broker = make_broker(BrokerConfig(auth=("open", "cert")))
+    broker = make_broker(BrokerConfig(auth=("open", "secret"), secret_file=__file__))
     conn = connect(broker, "ssmp")
     conn.send(b"LOGIN alice kerberos\n")
-    assert conn.received() == b"401 open cert\n"
+    assert conn.received() == b"401 open secret\n"
     assert conn.closed
 
 

@@ -75,12 +75,12 @@ def test_before_login_only_version_check_and_login(broker):
 
 
 def test_login_refused_lists_schemes_and_ids_are_echoed():
-    broker = make_broker(BrokerConfig(auth=("open", "cert")))
+    broker = make_broker(BrokerConfig(auth=("open", "secret"), secret_file=__file__))
     conn = connect(broker, "stmp")
     conn.send(req(0x1234, "0.0.1.1", {"id": "a", "scheme": "kerberos"}))
     (reply,) = messages(conn)
     assert (reply.id, reply.status) == (0x1234, Status.UNAUTHORIZED)
-    assert decoded(reply) == {"schemes": ["open", "cert"]}
+    assert decoded(reply) == {"schemes": ["open", "secret"]}
     assert not conn.closed
 
 
