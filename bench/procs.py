@@ -52,6 +52,10 @@ def spawn(argv: list[str], *, log: Path, cpus: set[int] | None, **kw) -> subproc
         if cpus:
             os.sched_setaffinity(0, cpus)
 
+    # run in the log's directory: a server started from a source checkout would otherwise
+    # find that checkout on sys.path ('' for ``python -c``), with its *.egg-info entry
+    # points and its twisted/plugins, instead of only what its interpreter has installed
+    kw.setdefault("cwd", log.parent)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
