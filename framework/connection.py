@@ -8,6 +8,7 @@ the login timeout and the keepalive timer. A protocol subclass sets ``name`` and
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from twisted.internet.protocol import Factory, Protocol
@@ -64,6 +65,24 @@ class IdleTimer:
         self._call = None
 
 
+def no_delay(transport: Any) -> None:
+    """Disable Nagle's algorithm on the TCP socket under ``transport`` (through TLS).
+
+    A broker answers small requests with small writes; with Nagle, a reply written while
+    an earlier one is unacknowledged waits for the peer's delayed ACK (40 ms on Linux).
+    Throughput does not suffer: the transport still coalesces each reactor turn's writes.
+    """
+    for _ in range(4):
+        set_no_delay = getattr(type(transport), "setTcpNoDelay", None)
+        if set_no_delay is not None and hasattr(transport, "socket"):
+            with contextlib.suppress(OSError):  # not a TCP socket after all (unix)
+                transport.setTcpNoDelay(True)
+            return
+        transport = getattr(transport, "transport", None)
+        if transport is None:
+            return
+
+
 class BrokerProtocol(Protocol):
     """Base of the protocols' server-side Twisted adapters."""
 
@@ -83,6 +102,7 @@ class BrokerProtocol(Protocol):
 
     def connectionMade(self) -> None:
         transport: Any = self.transport
+        no_delay(transport)
         peer = transport.getPeer()
         self.session = self.broker.open_session(
             protocol=self.name,

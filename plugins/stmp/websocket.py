@@ -16,6 +16,7 @@ from typing import Any
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from twisted.logger import Logger
 
+from msgbroker.connection import no_delay
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.tls import peer_names
 
@@ -66,6 +67,7 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
     def onOpen(self) -> None:
         factory: STMPWebSocketFactory = self.factory  # type: ignore[assignment]
         broker = factory.broker
+        no_delay(self.transport)
         peer = self.transport.getPeer()  # type: ignore[union-attr]
         self.session = broker.open_session(
             protocol="stmp",
