@@ -117,7 +117,7 @@ class STMPConnection:
         self.closed = False
         self.version: tuple[int, int] | None = None
         self.encoding = Encoding.JSON
-        self._pending: dict[int, Any] = {}
+        self._pending: dict[object, Any] = {}
         interval = broker.config.keepalive
         self._interval = interval
         self._last_rx = self.clock.seconds()
@@ -352,10 +352,11 @@ class STMPServerProtocol(BrokerProtocol):
         if self._login_timer is not None and self._login_timer.active():
             self._login_timer.cancel()
         self._login_timer = None
-        self._decoder = codec.BinaryDecoder(self.factory.max_payload)  # type: ignore[attr-defined]
+        factory: Any = self.factory
+        self._decoder = codec.BinaryDecoder(factory.max_payload)
         self.stmp = STMPConnection(
             self.broker,
-            self.factory.router,  # type: ignore[attr-defined]
+            factory.router,
             self.session,
             "binary",
             self.peer_certificate_names,

@@ -65,10 +65,11 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
     session: Any = None
 
     def onOpen(self) -> None:
-        factory: STMPWebSocketFactory = self.factory  # type: ignore[assignment]
+        factory: Any = self.factory
         broker = factory.broker
         no_delay(self.transport)
-        peer = self.transport.getPeer()  # type: ignore[union-attr]
+        transport: Any = self.transport
+        peer = transport.getPeer()
         self.session = broker.open_session(
             protocol="stmp",
             encode=delivery_encoder("text", Encoding.JSON),
@@ -88,13 +89,13 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
         try:
             if isBinary:
                 framing = "text" if self._decoder.waiting_for_payload else "frame"
-                message = self._decoder.binary_frame(payload)
+                message: codec.Message | None = self._decoder.binary_frame(payload)
             else:
                 framing = "text"
                 message = self._decoder.text_frame(payload.decode("utf-8"))
-                if message is None:  # a header; its payload is the next (binary) frame
-                    stmp.received(codec.PING, "text")  # still activity for the heartbeat
-                    return
+            if message is None:  # a header; its payload is the next (binary) frame
+                stmp.received(codec.PING, "text")  # still activity for the heartbeat
+                return
         except RemoteProtocolError as e:
             log.debug("stmp-ws {host}: protocol error: {why}", host=self.session.host, why=e)
             stmp.close(f"protocol error: {e}")
@@ -110,12 +111,12 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
         else:
             self.sendClose(1000)
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Any = None) -> None:
         super().connectionLost(reason)
         if self.stmp is not None:
             self.stmp.lost()
         if self.session is not None:
-            factory: STMPWebSocketFactory = self.factory  # type: ignore[assignment]
+            factory: Any = self.factory
             factory.broker.session_closed(self.session, "closed by peer")
             callbacks, self.session.on_lost = self.session.on_lost, []
             for callback in callbacks:
