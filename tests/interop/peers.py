@@ -74,6 +74,8 @@ class Peer:
     name: ClassVar[str]
     #: the broker listener this adapter connects to
     listener: ClassVar[str]
+    #: the answer to a unicast whose target is not logged in
+    NOT_FOUND: ClassVar[int]
 
     def __init__(self, host: str, port: int) -> None:
         self.sock = socket.create_connection((host, port), timeout=WAIT)
@@ -212,6 +214,7 @@ class SSMPPeer(Peer):
 
     name = "ssmp"
     listener = "ssmp"
+    NOT_FOUND = 404
 
     def __init__(self, host: str, port: int) -> None:
         super().__init__(host, port)
@@ -275,6 +278,7 @@ class STMPPeer(Peer):
 
     name = "stmp"
     listener = "stmp"
+    NOT_FOUND = Status.NOT_FOUND
     encoding: ClassVar[int] = Encoding.JSON
 
     def __init__(self, host: str, port: int) -> None:
@@ -469,6 +473,19 @@ class STMPWebSocketMsgpackPeer(STMPWebSocketPeer):
     encoding = Encoding.MSGPACK
 
 
+class STMPWebSocketBinaryFramePeer(STMPWebSocketPeer):
+    """STMP over WebSocket with binary frames: each request is one binary-serialized message
+    without PS in one binary frame (so are the answers and deliveries)."""
+
+    name = "stmp-ws+frames"
+
+    def _versions(self) -> bytes:
+        return stmp.encode_versions([(0, 1)])
+
+    def _frames(self, message: stmp.Message, inline: bool | None = None) -> bytes:
+        return ws_client_frame(_OP_BINARY, stmp.encode_binary(message, with_ps=False))
+
+
 #: the matrix: every protocol the broker speaks, one adapter each
 PEERS: dict[str, type[Peer]] = {
     cls.name: cls
@@ -478,7 +495,9 @@ PEERS: dict[str, type[Peer]] = {
         STMPWebSocketPeer,
     )
 }
-#: variants run in fewer cases (STMP with msgpack payloads)
+#: variants, run against every protocol in fewer cases: STMP with msgpack payloads, and
+#: STMP over WebSocket in binary frames
 VARIANTS: dict[str, type[Peer]] = {
-    cls.name: cls for cls in (STMPMsgpackPeer, STMPWebSocketMsgpackPeer)
+    cls.name: cls
+    for cls in (STMPMsgpackPeer, STMPWebSocketMsgpackPeer, STMPWebSocketBinaryFramePeer)
 }

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 from attrs import frozen
 
-from tests.interop.peers import PEERS, VARIANTS, Event, Peer
+from tests.interop.peers import PEERS, VARIANTS, Event, Peer, Refused
 from tests.ssmp.e2e_support import RunningBroker, parse_address, running_broker
 
 ALL = {**PEERS, **VARIANTS}
@@ -131,22 +131,31 @@ def test_publish_never_echoes_to_the_sender(connect: Connector, pub: str, sub: s
     assert publisher.sync() == []
 
 
-@pytest.mark.parametrize(
-    ("pub", "sub"),
-    [(v, p) for v in VARIANTS for p in PEERS] + [(p, v) for v in VARIANTS for p in PEERS],
-    ids=lambda name: name,
-)
-def test_msgpack_payloads_carry_exact_bytes(connect: Connector, pub: str, sub: str) -> None:
-    """The STMP adapters with msgpack payloads (data as msgpack bin) publish and receive."""
-    topic = unique("t")
-    publisher, subscriber = connect(pub), connect(sub)
-    subscriber.subscribe(topic)
+VARIANT_PAIRS = [(v, p) for v in VARIANTS for p in PEERS] + [
+    (p, v) for v in VARIANTS for p in PEERS
+]
+
+
+@pytest.mark.parametrize(("src", "dst"), VARIANT_PAIRS, ids=[f"{a}->{b}" for a, b in VARIANT_PAIRS])
+def test_variants_carry_every_kind_of_delivery(connect: Connector, src: str, dst: str) -> None:
+    """The STMP adapters with msgpack payloads (data as msgpack bin), and over WebSocket in
+    binary frames, send and receive presence, MCAST, UCAST and BCAST with any protocol."""
+    topic = unique("v")
+    sender, receiver = connect(src), connect(dst)
+    receiver.subscribe(topic, presence=True)
+    sender.subscribe(topic)
+    assert receiver.next_event() == Event(sender.identity, "subscribe", topic)
     for data in PAYLOADS:
-        publisher.publish(topic, data)
-        assert subscriber.next_event() == Event(publisher.identity, "mcast", topic, data), data
-    publisher.unicast(subscriber.identity, b"\x00\xff|u")
-    assert subscriber.next_event() == Event(publisher.identity, "ucast", None, b"\x00\xff|u")
-    assert subscriber.sync() == []
+        sender.publish(topic, data)
+        assert receiver.next_event() == Event(sender.identity, "mcast", topic, data), data
+    sender.unicast(receiver.identity, b"\x00\xff|u")
+    assert receiver.next_event() == Event(sender.identity, "ucast", None, b"\x00\xff|u")
+    sender.broadcast(b"b|\n\x00")
+    assert receiver.next_event() == Event(sender.identity, "bcast", None, b"b|\n\x00")
+    sender.unsubscribe(topic)
+    assert receiver.next_event() == Event(sender.identity, "unsubscribe", topic)
+    assert receiver.sync() == []
+    assert sender.sync() == []
 
 
 # -- UCAST / unicast ------------------------------------------------------------------------------
@@ -233,6 +242,73 @@ def test_login_with_the_same_identity_kicks_the_other_connection(
     third.unicast(identity, b"to the new holder")
     assert second.next_event() == Event(third.identity, "ucast", None, b"to the new holder")
     assert watcher.sync() == []
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS, ids=PAIR_IDS)
+def test_anonymous_peers_coexist_across_protocols(
+    connect: Connector, first: str, second: str
+) -> None:
+    """``.`` is never registered: anonymous logins on two protocols do not kick each other,
+    both may publish (subscribers see the sender ``.``), neither is a unicast target."""
+    topic = unique("a")
+    subscriber = connect(second)
+    subscriber.subscribe(topic)
+    one = connect(first, ".")
+    other = connect(second, ".")
+    one.publish(topic, b"from one")
+    other.publish(topic, b"from other")
+    one.publish(topic, b"one still here")
+    assert subscriber.events(3) == [
+        Event(".", "mcast", topic, b"from one"),
+        Event(".", "mcast", topic, b"from other"),
+        Event(".", "mcast", topic, b"one still here"),
+    ]
+    with pytest.raises(Refused) as refused:
+        subscriber.unicast(".", b"to nobody")
+    assert refused.value.code == type(subscriber).NOT_FOUND
+    assert subscriber.sync() == []
+
+
+@pytest.mark.parametrize(("src", "dst"), PAIRS, ids=PAIR_IDS)
+def test_unicast_to_an_identity_whose_connection_dropped_is_refused(
+    connect: Connector, src: str, dst: str
+) -> None:
+    topic = unique("g")
+    sender, target = connect(src), connect(dst)
+    target.subscribe(topic)
+    sender.subscribe(topic, presence=True)
+    assert sender.next_event() == Event(target.identity, "subscribe", topic)
+    target.close()
+    # the broker has handled the drop once the watcher hears of it
+    assert sender.next_event() == Event(target.identity, "unsubscribe", topic)
+    with pytest.raises(Refused) as refused:
+        sender.unicast(target.identity, b"too late")
+    assert refused.value.code == type(sender).NOT_FOUND
+    assert sender.sync() == []
+
+
+#: larger than a 16-bit WebSocket length, to every protocol that carries it
+HUGE = bytes(range(256)) * 800
+HUGE_PAIRS = [
+    (a, b)
+    for a, ca in PEERS.items()
+    for b, cb in ALL.items()
+    if ca.carries("s", "t", HUGE) and cb.carries("s", "t", HUGE)
+]
+
+
+@pytest.mark.parametrize(("src", "dst"), HUGE_PAIRS, ids=[f"{a}->{b}" for a, b in HUGE_PAIRS])
+def test_large_payload_reaches_every_protocol_that_carries_it(
+    connect: Connector, src: str, dst: str
+) -> None:
+    topic = unique("h")
+    sender, receiver = connect(src), connect(dst)
+    receiver.subscribe(topic)
+    sender.publish(topic, HUGE)
+    assert receiver.next_event() == Event(sender.identity, "mcast", topic, HUGE)
+    sender.unicast(receiver.identity, HUGE[::-1])
+    assert receiver.next_event() == Event(sender.identity, "ucast", None, HUGE[::-1])
+    assert receiver.sync() == []
 
 
 # -- per-recipient skips (DECISIONS.md, "One broker, one namespace") ------------------------------
@@ -359,11 +435,13 @@ def _sequence(count: int) -> list[bytes]:
 def test_messages_from_one_sender_arrive_in_order_everywhere(connect: Connector, pub: str) -> None:
     topic = unique("o")
     publisher = connect(pub)
+    publisher.subscribe(topic)
     subscribers = [connect(name) for name in ALL]
     for subscriber in subscribers:
         subscriber.subscribe(topic)
     items = _sequence(100)
     publisher.publish_many(topic, items)  # pipelined: 100 requests in one write
+    assert publisher.sync() == []  # no echo
     for subscriber in subscribers:
         got = subscriber.events(len(items))
         assert got == [Event(publisher.identity, "mcast", topic, data) for data in items], (
