@@ -371,55 +371,22 @@ def test_header_only_frame_of_an_encoding_0_message_is_the_message():
 
 
 BAD_TEXT = [
-    "",
-    "1|0|1",  # a request needs ID and ACTION
-    "2|2",  # a notify needs ACTION
-    "3|0|1",
-    "1",
-    "2",
-    "3",
-    "0|",
-    "0|0",
-    "00",
-    " 0",
-    "4|0|1",
-    "x|0|1",
+    # wrong field counts, unknown kinds
+    "", "1|0|1", "2|2", "3|0|1", "1", "2", "3", "0|", "0|0", "00", " 0", "4|0|1", "x|0|1",
     "|2|2|5",
-    "1|0|65536|1",  # id > 65535
-    "3|0|65536|0",
-    "3|0|1|256",  # status > 255
-    "1|0|1|4294967296",  # action > 2**32 - 1
-    "2|0|4294967296",
-    "2|0|-1",
-    "1|0|-1|1",
-    "3|0|1|-1",
-    "2|-0|1",
-    "2|0| 1",
-    "2|0|1 ",
-    "2| 0|1",
-    "2|0|+1",
-    "2|0|0x10",
-    "2|0|1.0",
-    "2|0|1e3",
-    "2|0|1_0",
-    "2|0|",  # empty ACTION
-    "1|0||1",  # empty ID
-    "2||1",  # empty ENCODING
-    "2|0|\u0661",  # ARABIC-INDIC DIGIT ONE
-    "2|0|\uff11",  # FULLWIDTH DIGIT ONE
-    "2|0|\u00b2",  # SUPERSCRIPT TWO (isdigit, not decimal)
-    "3|0|\u0967|0",  # DEVANAGARI DIGIT ONE as ID
-    "2|6|1",  # unknown encodings
-    "2|7|1",
-    "2|8|1",
-    "2|0|1|x",  # payload on an encoding-0 message
-    "2|0|1|",  # explicit (empty) payload on an encoding-0 message
-    "1|0|1|2|x",
-    "3|0|1|2|x",
-    "2|0|" + "9" * 5000,  # beyond int()'s digit limit: a protocol error, not ValueError
-    "1|2|" + "1" * 4301 + "|1|x",
-    "2|0|" + "0" * 11 + "1",  # more digits than any field has
-]
+    # out of range: id > 65535, status > 255, action > 2**32 - 1, negative, encodings 6+
+    "1|0|65536|1", "3|0|65536|0", "3|0|1|256", "1|0|1|4294967296", "2|0|4294967296",
+    "2|0|-1", "1|0|-1|1", "3|0|1|-1", "2|-0|1", "2|6|1", "2|7|1", "2|8|1",
+    # not plain decimal: spaces, signs, other notations, empty fields
+    "2|0| 1", "2|0|1 ", "2| 0|1", "2|0|+1", "2|0|0x10", "2|0|1.0", "2|0|1e3", "2|0|1_0",
+    "2|0|", "1|0||1", "2||1",
+    # non-ASCII digits: ARABIC-INDIC ONE, FULLWIDTH ONE, SUPERSCRIPT TWO, DEVANAGARI ONE
+    "2|0|\u0661", "2|0|\uff11", "2|0|\u00b2", "3|0|\u0967|0",
+    # a payload (even an empty one) on an encoding-0 message
+    "2|0|1|x", "2|0|1|", "1|0|1|2|x", "3|0|1|2|x",
+    # beyond int()'s digit limit (a protocol error, not ValueError); more digits than any field
+    "2|0|" + "9" * 5000, "1|2|" + "1" * 4301 + "|1|x", "2|0|" + "0" * 11 + "1",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("text", BAD_TEXT, ids=lambda t: repr(t[:24]))
@@ -463,21 +430,13 @@ def test_encode_text_writes_enums_as_decimal():
 # -- encoders refuse what no decoder would accept ----------------------------------------------
 
 UNENCODABLE = [
-    Request(65536, 1),
-    Request(-1, 1),
-    Request(1, 1 << 32),
-    Request(1, -1),
-    Notify(1 << 32),
-    Response(65536, 0),
-    Response(1, 256),
-    Response(1, -1),
-    Notify(1, 6, b"x"),
-    Notify(1, 7),
-    Notify(1, -1),
-    Notify(1, 0, b"x"),  # a payload needs an encoding
-    Request(1, 2, 0, b"x"),
-    Response(1, 2, 0, b"x"),
-]
+    # fields out of range
+    Request(65536, 1), Request(-1, 1), Request(1, 1 << 32), Request(1, -1), Notify(1 << 32),
+    Response(65536, 0), Response(1, 256), Response(1, -1),
+    # unknown encodings; a payload without an encoding
+    Notify(1, 6, b"x"), Notify(1, 7), Notify(1, -1),
+    Notify(1, 0, b"x"), Request(1, 2, 0, b"x"), Response(1, 2, 0, b"x"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("message", UNENCODABLE, ids=repr)
@@ -511,26 +470,12 @@ def test_action_dotted_form_round_trips(value, text):
 @pytest.mark.parametrize(
     "text",
     [
-        "",
-        "1.2.3",
-        "1.2.3.4.5",
-        "256.0.0.0",
-        "1.2.3.256",
-        "-1.0.0.0",
-        "+1.0.0.0",
-        "a.b.c.d",
-        "1..2.3",
-        "1.2.3.",
-        " 1.2.3.4",
-        "1.2.3.4 ",
-        "1. 2.3.4",
-        "0x1.2.3.4",
-        "1.2.3.4/8",
-        "\u0661.2.3.4",  # ARABIC-INDIC DIGIT ONE
-        "1.2.3.\uff14",  # FULLWIDTH DIGIT FOUR
-        "1.2.3.\u00b2",  # SUPERSCRIPT TWO
+        "", "1.2.3", "1.2.3.4.5", "256.0.0.0", "1.2.3.256", "-1.0.0.0", "+1.0.0.0", "a.b.c.d",
+        "1..2.3", "1.2.3.", " 1.2.3.4", "1.2.3.4 ", "1. 2.3.4", "0x1.2.3.4", "1.2.3.4/8",
+        # ARABIC-INDIC DIGIT ONE, FULLWIDTH DIGIT FOUR, SUPERSCRIPT TWO
+        "\u0661.2.3.4", "1.2.3.\uff14", "1.2.3.\u00b2",
     ],
-)
+)  # fmt: skip
 def test_bad_dotted_actions_are_rejected(text):
     with pytest.raises(ValueError):
         parse_action(text)
@@ -566,26 +511,13 @@ def test_prefixes_parse(text, expected):
 @pytest.mark.parametrize(
     "text",
     [
-        "10.1.0.1/16",  # bits outside the prefix
-        "10.1.0.0/8",
-        "0.0.0.1/0",
-        "128.0.0.0/0",
-        "10.0.0.0/33",
-        "10.0.0.0/-1",
-        "10.0.0.0/",
-        "10.0.0.0/ 8",
-        "10.0.0.0/8 ",
-        "10.0.0.0/+8",
-        "10.0.0.0/0x8",
-        "10.0.0.0/8/8",
+        "10.1.0.1/16", "10.1.0.0/8", "0.0.0.1/0", "128.0.0.0/0",  # bits outside the prefix
+        "10.0.0.0/33", "10.0.0.0/-1", "10.0.0.0/", "10.0.0.0/ 8", "10.0.0.0/8 ", "10.0.0.0/+8",
+        "10.0.0.0/0x8", "10.0.0.0/8/8", "10.0.0/8", "/8", "", "10.0.0.0/" + "1" * 5000,
         "10.0.0.0/\u0668",  # ARABIC-INDIC DIGIT EIGHT
-        "10.0.0/8",
-        "/8",
-        "",
-        "10.0.0.0/" + "1" * 5000,
     ],
     ids=lambda t: repr(t[:24]),
-)
+)  # fmt: skip
 def test_bad_prefixes_are_rejected(text):
     with pytest.raises(ValueError):
         parse_prefix(text)
@@ -612,23 +544,9 @@ def test_versions_round_trip_binary_and_text(versions, raw, hex_text):
 
 @pytest.mark.parametrize(
     "payload",
-    [
-        b"1",
-        b"011",
-        b"0G",
-        b"0A",
-        b"AB",
-        b"01 ",
-        b" 01",
-        b"01  ",
-        b"0 1 ",
-        b"01\n0",
-        b"\xff\xfe",
-        "\uff10\uff11".encode(),
-        b"0x01",
-        b"-1",
-    ],
-)
+    [b"1", b"011", b"0G", b"0A", b"AB", b"01 ", b" 01", b"01  ", b"0 1 ", b"01\n0", b"\xff\xfe",
+     "\uff10\uff11".encode(), b"0x01", b"-1"],
+)  # fmt: skip
 def test_bad_text_version_lists_are_rejected(payload):
     with pytest.raises(RemoteProtocolError):
         decode_versions(payload, text=True)
