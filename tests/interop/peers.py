@@ -112,6 +112,11 @@ class Peer:
         """Publish every item, pipelined in one write; then wait for every answer."""
         self._call([("publish", topic, data) for data in items])
 
+    def publish_and_close(self, topic: str, data: bytes) -> None:
+        """Write a publish and drop the connection at once, without waiting for the answer."""
+        self._write(self._encode("publish", topic, data)[1])
+        self.close()
+
     def unicast(self, to: str, data: bytes) -> None:
         self._call([("unicast", to, data)])
 

@@ -222,6 +222,43 @@ def test_presence_watcher_sees_members_of_other_protocols(
     assert watcher.sync() == []
 
 
+@pytest.mark.parametrize("watch", list(ALL))
+def test_presence_snapshot_lists_members_of_every_protocol_in_order(
+    connect: Connector, watch: str
+) -> None:
+    topic = unique("m")
+    members = [connect(name) for name in ALL for _ in range(2)]
+    for index, member in enumerate(members):
+        member.subscribe(topic, presence=index % 2 == 1)
+    watcher = connect(watch)
+    watcher.subscribe(topic, presence=True)
+    expected = [Event(m.identity, "subscribe", topic) for m in members]
+    assert watcher.events(len(members)) == expected
+    assert watcher.sync() == []
+
+
+@pytest.mark.parametrize(("watch", "member"), PAIRS, ids=PAIR_IDS)
+def test_presence_events_and_messages_keep_their_order(
+    connect: Connector, watch: str, member: str
+) -> None:
+    """A member's SUBSCRIBE event comes before its first message, and a message it sent just
+    before its connection dropped still arrives, before its UNSUBSCRIBE event."""
+    topic = unique("q")
+    watcher = connect(watch)
+    watcher.subscribe(topic, presence=True)
+    joiner = connect(member)
+    joiner.subscribe(topic)
+    joiner.publish(topic, b"first words")
+    joiner.publish_and_close(topic, b"last words")  # no waiting for the answer
+    assert watcher.events(4) == [
+        Event(joiner.identity, "subscribe", topic),
+        Event(joiner.identity, "mcast", topic, b"first words"),
+        Event(joiner.identity, "mcast", topic, b"last words"),
+        Event(joiner.identity, "unsubscribe", topic),
+    ]
+    assert watcher.sync() == []
+
+
 # -- one identity table ---------------------------------------------------------------------------
 
 
