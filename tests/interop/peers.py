@@ -37,6 +37,7 @@ from msgbroker.plugins.ssmp import codec as ssmp
 from msgbroker.plugins.stmp import codec as stmp
 from msgbroker.plugins.stmp import payloads as stmp_payloads
 from msgbroker.plugins.stmp.codec import Encoding, Notify, Request, Response, Status
+from tests.ssmp.e2e_support import parse_address
 
 #: how long an adapter waits for anything the broker should do promptly
 WAIT = 10.0
@@ -72,18 +73,26 @@ class Peer:
 
     #: the name in the matrix (and in pytest ids)
     name: ClassVar[str]
-    #: the broker listener this adapter connects to
+    #: the broker listener this adapter connects to, and the endpoint the matrix gives it
     listener: ClassVar[str]
+    endpoint: ClassVar[str] = "tcp:0:interface=127.0.0.1"
     #: the answer to a unicast whose target is not logged in
     NOT_FOUND: ClassVar[int]
 
-    def __init__(self, host: str, port: int) -> None:
-        self.sock = socket.create_connection((host, port), timeout=WAIT)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, address: str) -> None:
+        """Connect to ``address``, where the broker says the listener is bound
+        (``tcp:127.0.0.1:4444``)."""
+        self.sock = self._connect(address)
         self.identity: str | None = None
         self.closed = False
         self._events: deque[Event] = deque()
         self._replies: dict[int, int] = {}  # request token -> answer code (0/200 = ok)
+
+    def _connect(self, address: str) -> socket.socket:
+        host, port = parse_address(address)
+        sock = socket.create_connection((host, port), timeout=WAIT)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
     # -- what a protocol can carry -----------------------------------------------------------
 
@@ -221,8 +230,8 @@ class SSMPPeer(Peer):
     listener = "ssmp"
     NOT_FOUND = 404
 
-    def __init__(self, host: str, port: int) -> None:
-        super().__init__(host, port)
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
         self._decoder = ssmp.ReplyDecoder()
         self._sent = 0
         self._answered = 0
@@ -286,13 +295,13 @@ class STMPPeer(Peer):
     NOT_FOUND = Status.NOT_FOUND
     encoding: ClassVar[int] = Encoding.JSON
 
-    def __init__(self, host: str, port: int) -> None:
-        super().__init__(host, port)
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
         self._ids = itertools.cycle(range(1, 0x10000))  # 0 is the version check's
-        self._start(host, port)
+        self._start(address)
         self._version_check()
 
-    def _start(self, host: str, port: int) -> None:
+    def _start(self, address: str) -> None:
         self._decoder = stmp.BinaryDecoder()
 
     def _version_check(self) -> None:
@@ -389,7 +398,8 @@ class STMPWebSocketPeer(STMPPeer):
     name = "stmp-ws"
     listener = "stmp-ws"
 
-    def _start(self, host: str, port: int) -> None:
+    def _start(self, address: str) -> None:
+        host, port = parse_address(address)
         key = base64.b64encode(os.urandom(16))
         self._write(
             b"GET /stmp HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

@@ -20,7 +20,7 @@ import pytest
 from attrs import frozen
 
 from tests.interop.peers import PEERS, VARIANTS, Event, Peer, Refused
-from tests.ssmp.e2e_support import RunningBroker, parse_address, running_broker
+from tests.ssmp.e2e_support import RunningBroker, running_broker
 
 ALL = {**PEERS, **VARIANTS}
 PAIRS = [(a, b) for a in PEERS for b in PEERS]
@@ -35,6 +35,8 @@ PAYLOADS = [
     b"|",
     "café ☕ ünïcødé".encode(),
     b"\xc3\x28 not utf-8 \xff",
+    b"\x00NUL and LF\n but valid UTF-8\r\n",
+    b"\xed\xa0\x80 an encoded surrogate",
     b'{"data": "x", "data_b64": 1}',
     b" leading and trailing spaces ",
     b"\x01",
@@ -55,7 +57,8 @@ def unique(hint: str) -> str:
 @frozen(eq=False)
 class Matrix:
     running: RunningBroker
-    addresses: dict[str, tuple[str, int]]
+    #: listener name -> where it is bound (``tcp:127.0.0.1:PORT``)
+    addresses: dict[str, str]
 
     def skipped(self) -> int:
         """The hub's count of skipped recipients (read in the reactor thread)."""
@@ -65,14 +68,13 @@ class Matrix:
 
 @pytest.fixture(scope="module")
 def matrix() -> Iterator[Matrix]:
-    listeners = sorted({cls.listener for cls in ALL.values()})
-    endpoints = tuple(f"{name}=tcp:0:interface=127.0.0.1" for name in listeners)
-    with running_broker(endpoints, auth=("open",)) as running:
+    endpoints = {cls.listener: cls.endpoint for cls in ALL.values()}
+    listeners = tuple(f"{name}={endpoint}" for name, endpoint in sorted(endpoints.items()))
+    with running_broker(listeners, auth=("open",)) as running:
         addresses = {
-            listener.protocol: parse_address(address)
-            for listener, address in running.service.broker.listening
+            listener.protocol: address for listener, address in running.service.broker.listening
         }
-        assert set(addresses) == set(listeners)
+        assert set(addresses) == set(endpoints)
         yield Matrix(running, addresses)
 
 
@@ -83,12 +85,12 @@ class Connector:
         self.matrix = matrix
         self.opened: list[Peer] = []
 
-    def __call__(self, name: str, identity: str | None = None, login: bool = True) -> Peer:
+    def __call__(self, name: str, identity: str | None = None) -> Peer:
+        """A peer of adapter ``name``, logged in as ``identity`` (default: a fresh one)."""
         cls = ALL[name]
-        peer = cls(*self.matrix.addresses[cls.listener])
+        peer = cls(self.matrix.addresses[cls.listener])
         self.opened.append(peer)
-        if login:
-            peer.login(identity or unique(name))
+        peer.login(identity or unique(name))
         return peer
 
     def close_all(self) -> None:
@@ -397,15 +399,18 @@ def test_payload_a_protocol_cannot_carry_skips_only_its_recipients(
     assert publisher.sync() == []
 
 
-#: a topic SSMP cannot name (space, non-ASCII, more than 64 characters)
-ODD_TOPIC = "room with spaces/ünïcødé|" + "x" * 64
+#: what makes a topic one SSMP cannot name: a space, non-ASCII, ``|``, over 64 characters
+ODD_SUFFIX = " with spaces/ünïcødé|" + "x" * 64
 
 
-@pytest.mark.parametrize("pub", [n for n, c in PEERS.items() if c.carries("s", ODD_TOPIC, b"x")])
+@pytest.mark.parametrize(
+    "pub", [n for n, c in PEERS.items() if c.carries("s", "room" + ODD_SUFFIX, b"x")]
+)
 def test_topic_that_is_not_an_ssmp_id_reaches_the_protocols_that_can_name_it(
     connect: Connector, pub: str
 ) -> None:
-    topic = f"{ODD_TOPIC} {unique('odd')}"
+    prefix = unique("room")
+    topic = prefix + ODD_SUFFIX
     names = [n for n, c in PEERS.items() if c.carries("s", topic, b"x")]
     assert set(names) != set(PEERS), "the matrix should have a protocol that cannot name it"
     publisher = connect(pub)
@@ -415,7 +420,7 @@ def test_topic_that_is_not_an_ssmp_id_reaches_the_protocols_that_can_name_it(
     # the others subscribe to the topic's first word, which they can name: nothing for them
     others = [connect(name) for name in PEERS if name not in names]
     for other in others:
-        other.subscribe("room")
+        other.subscribe(prefix)
     publisher.publish(topic, b"spaced out")
     for subscriber in subscribers:
         assert subscriber.next_event() == Event(publisher.identity, "mcast", topic, b"spaced out")
