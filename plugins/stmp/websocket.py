@@ -107,7 +107,9 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
         if reason == "slow consumer":
             self.transport.abortConnection()  # type: ignore[union-attr]
         elif reason.startswith("protocol error"):
-            self.sendClose(1002)
+            # 1002 is not a code the application API may send; failing the connection is
+            # what autobahn does itself for a peer that breaks the protocol
+            self._fail_connection(1002, reason[:120])
         else:
             self.sendClose(1000)
 
@@ -136,6 +138,7 @@ class STMPWebSocketFactory(WebSocketServerFactory):
             maxMessagePayloadSize=self.max_payload + 64,
             openHandshakeTimeout=broker.config.login_timeout,
             closeHandshakeTimeout=2,
+            failByDrop=False,  # a failed connection still gets its close frame (1002)
             perMessageCompressionAccept=lambda offers: None,  # frames are pre-encoded
         )
         self.noisy = False
