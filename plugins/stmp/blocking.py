@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import os
 import socket
 import ssl
@@ -84,6 +85,11 @@ class STMPError(Exception):
             shown = self.payload
             if isinstance(shown, bytes):
                 shown = shown.decode("utf-8", "backslashreplace")
+            elif not isinstance(shown, str):
+                try:
+                    shown = json.dumps(shown, ensure_ascii=False)
+                except (TypeError, ValueError):
+                    shown = repr(shown)
             text += f": {shown}"
         return text
 

@@ -737,7 +737,7 @@ def test_broker_actions_fire_with_none_on_ok_and_fail_with_the_status_and_payloa
         result(login)
     assert info.value.status == 0x21
     assert info.value.payload == {"schemes": ["secret"]}
-    assert str(info.value) == "0x21 Unauthorized: {'schemes': ['secret']}"
+    assert str(info.value) == '0x21 Unauthorized: {"schemes": ["secret"]}'
     assert wire.proto.identity is None
     assert result(sub) is None
 
@@ -988,7 +988,7 @@ def test_blocking_call_and_request(server):
         with pytest.raises(STMPError) as info:
             client.call(STATUS, {"status": 0x99})
         assert info.value.status == 0x99 and info.value.payload == {"why": "asked"}
-        assert str(info.value) == "0x99 status 0x99: {'why': 'asked'}"
+        assert str(info.value) == '0x99 status 0x99: {"why": "asked"}'
         assert client.request("9.9.9.9").status == Status.NOT_FOUND
 
 
@@ -1217,3 +1217,16 @@ def test_connect_defaults_to_4445_and_4446_for_websocket(thread, monkeypatch):
         with pytest.raises(ConnectionRefusedError):
             BlockingSTMPClient("127.0.0.1", ws=ws)
     assert seen[2:] == [("127.0.0.1", 4445), ("127.0.0.1", 4446)]
+
+
+def test_twisted_ws_handshake_failure_fails_the_connect(tcp_server):
+    # a TCP STMP server does not speak HTTP: it sees garbage and drops us
+    thread = tcp_server.thread
+    with pytest.raises(STMPConnectionClosed):
+        thread.call(lambda: connect(thread.reactor, "127.0.0.1", tcp_server.port, ws=True))
+
+
+def test_twisted_connection_dropped_before_the_version_reply(thread, tcp_server):
+    tcp_server.behaviour[0] = lambda server, conn, request: conn.drop()
+    with pytest.raises(STMPConnectionClosed):
+        twisted_client(tcp_server, identity="alice")
