@@ -157,6 +157,7 @@ class Received:
     tail_bad: int = 0
     first_bad: str | None = None
     reads: int = 0
+    closes: list[str] = field(default_factory=list)
     timed_out: bool = False
 
     @property
@@ -219,9 +220,12 @@ def receive_counts(
                         n = entry[1].recv_into(buf)
                 except BlockingIOError:
                     continue
-                except OSError:
-                    n = 0
-                if n == 0:
+                except OSError as e:
+                    result.closes.append(f"#{entry[0]} after {entry[2]} B: {e.strerror}")
+                    n = -1
+                if n <= 0:
+                    if n == 0:
+                        result.closes.append(f"#{entry[0]} after {entry[2]} B: end of stream")
                     result.eof.append(entry[0])
                     counts[entry[0]] = entry[2]
                     ep.unregister(fd)

@@ -136,7 +136,9 @@ def describe(name: str, r: dict) -> str:
         if "deliveries_per_s" not in r:
             return (f"INCOMPLETE: {r['completed_subscribers']}/{r['subscribers']} subscribers "
                     f"complete, {r['delivered']:,} of {r['messages'] * r['subscribers']:,} "
-                    f"delivered, {r['eof_subscribers']} closed, timed out={r['timed_out']}")
+                    f"delivered, {r['eof_subscribers']} closed by the server "
+                    f"{'(' + '; '.join(r['closed_how']) + ') ' if r['closed_how'] else ''}"
+                    f"timed out={r['timed_out']}")
         unit = "msgs/s" if name == "mcast" else "deliveries/s"
         per_sub = f", per subscriber {fmt(r['per_subscriber_per_s'])} msgs/s"
         text = (f"{fmt(r['deliveries_per_s'])} {unit} ({r['elapsed_s']:.3f} s"

@@ -130,6 +130,7 @@ def publish_fanout(
             # small reads mean the readers kept up (a reader that lags reads big chunks)
             "bytes_per_read": sum(got.counts) / max(1, got.reads),
             "eof_subscribers": len(got.eof),
+            "closed_how": got.closes[:5],
             "timed_out": got.timed_out,
             "delivered": sum(c // frame_len for c in got.counts),
             "publisher": pub,
