@@ -10,7 +10,8 @@
 | ``0.0.1.6`` broadcast | ``{"data" or "data_b64"}`` | Ok |
 
 Refusals by ``msgbroker_authorize`` answer ``0x23 Forbidden``; anonymous (``.``) sessions
-may publish and unicast only, like SSMP's.
+may publish and unicast only, like SSMP's: subscribe, unsubscribe and broadcast are
+``0x23 Forbidden`` for them.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def subscribe(request: RouteRequest) -> Any:
         snapshot = request.broker.hub.subscribe(session, topic, presence)
     except AlreadySubscribed:
         return None
-    except NotAllowed:
-        raise STMPStatusError(Status.BAD_REQUEST) from None
+    except NotAllowed:  # anonymous: refused like SSMP's 405, with one status throughout
+        raise STMPStatusError(Status.FORBIDDEN) from None
 
     def send_snapshot() -> None:
         for message in snapshot:
@@ -109,8 +110,10 @@ def unsubscribe(request: RouteRequest) -> Any:
     fields = _fields(request, "topic")
     try:
         request.broker.hub.unsubscribe(request.session, fields["topic"])
-    except (NotSubscribed, NotAllowed):
+    except NotSubscribed:
         raise STMPStatusError(Status.NOT_FOUND) from None
+    except NotAllowed:
+        raise STMPStatusError(Status.FORBIDDEN) from None
     return None
 
 

@@ -121,6 +121,7 @@ class STMPConnection:
         interval = broker.config.keepalive
         self._interval = interval
         self._last_rx = self.clock.seconds()
+        self._next_ping = self._last_rx + interval
         self._heartbeat = self.clock.callLater(interval, self._beat)
         self._login_timer = self.clock.callLater(broker.config.login_timeout, self._login_late)
         session.encode = delivery_encoder(framing, Encoding.JSON)
@@ -253,32 +254,43 @@ class STMPConnection:
         d.addCallbacks(done, failed)
 
     def _notify(self, notify: Notify) -> None:
-        if self.session.identity is None:
+        """A notify from the client: its route's handler runs, and nothing is answered.
+        What the client got wrong (bad payload, a refusal) is dropped quietly; a handler
+        that fails for any other reason is logged, since that is the plugin's bug."""
+        if self.session.identity is None or notify.action >> 8 == 0:
             return
         route = self.router.lookup(notify.action)
-        if route is None or notify.action >> 8 == 0:
+        if route is None:
             return
         try:
             payload = decode_payload(notify.payload, notify.encoding)
-            result = route.handler(
-                RouteRequest(
-                    self.session,
-                    self.broker,
-                    notify.action,
-                    notify.encoding,
-                    payload,
-                    notify.payload,
-                    notify=True,
-                )
-            )
-            if inspect.iscoroutine(result):
-                defer.ensureDeferred(result).addErrback(lambda f: None)
-            elif isinstance(result, defer.Deferred):
-                result.addErrback(lambda f: None)
+        except ValueError:
+            return
+        request = RouteRequest(
+            self.session,
+            self.broker,
+            notify.action,
+            notify.encoding,
+            payload,
+            notify.payload,
+            notify=True,
+        )
+        try:
+            result = route.handler(request)
+        except STMPStatusError:
+            return
         except Exception:
-            log.failure(
-                "STMP notify handler for {action} failed", action=codec.action_to_str(notify.action)
-            )
+            log.failure("STMP notify handler for {action} failed", action=request.action_text)
+            return
+        if inspect.iscoroutine(result):
+            result = defer.ensureDeferred(result)
+        if isinstance(result, defer.Deferred):
+            result.addErrback(self._notify_failed, request.action_text)
+
+    @staticmethod
+    def _notify_failed(failure: Any, action: str) -> None:
+        if not failure.check(STMPStatusError, defer.CancelledError):
+            log.failure("STMP notify handler for {action} failed", failure, action=action)
 
     def _version_check(self, request: Request, framing: Framing | None) -> None:
         text = (framing or self.framing) == "text"
@@ -309,13 +321,18 @@ class STMPConnection:
     # -- timers and closing --------------------------------------------------------------------
 
     def _beat(self) -> None:
+        """Ping every interval; close once two intervals pass without a byte from the
+        client (checked when that deadline falls, not only at the next ping)."""
         now = self.clock.seconds()
-        if now - self._last_rx >= 2 * self._interval:
+        deadline = self._last_rx + 2 * self._interval
+        if now >= deadline:
             self._heartbeat = None
             self.close("keepalive timeout")
             return
-        self.send(codec.PING)
-        self._heartbeat = self.clock.callLater(self._interval, self._beat)
+        if now >= self._next_ping:
+            self.send(codec.PING)
+            self._next_ping = now + self._interval
+        self._heartbeat = self.clock.callLater(min(self._next_ping, deadline) - now, self._beat)
 
     def _login_late(self) -> None:
         if self.session.identity is None:

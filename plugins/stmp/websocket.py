@@ -103,6 +103,10 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
         stmp.received(message, framing)
 
     def _close(self, reason: str) -> None:
+        # Nothing may follow our close frame (RFC 6455): leave the hub now rather than when
+        # the closing handshake ends, so no delivery is written after it.
+        factory: Any = self.factory
+        factory.broker.session_closed(self.session, reason)
         self.transport.unregisterProducer()  # type: ignore[union-attr]
         if reason == "slow consumer":
             self.transport.abortConnection()  # type: ignore[union-attr]

@@ -315,3 +315,58 @@ def test_notify_from_client_reaches_its_route_without_reply():
     a.send(codec.encode_binary(Notify(A("10.1.2.3"), Encoding.JSON, b'{"n":1}')))
     assert messages(a) == []
     assert routes.seen[-1].notify and routes.seen[-1].payload == {"n": 1}
+
+
+def test_heartbeat_closes_two_intervals_after_the_last_byte_not_at_the_next_ping(broker):
+    a = login(broker)
+    broker.reactor.advance(40)
+    assert messages(a) == [codec.PING]  # at 30
+    a.send(b"\x00")  # last byte at 40
+    broker.reactor.pump([10] * 5 + [9.9])  # to 99.9, in steps as a real clock runs
+    assert not a.closed
+    assert messages(a) == [codec.PING, codec.PING]  # at 60 and 90
+    broker.reactor.advance(0.2)  # 100 = 40 + 2 x 30
+    assert a.closed
+
+
+def test_anonymous_stmp_session_may_publish_and_unicast_only(broker):
+    anon = login(broker, ".")
+    b = login(broker, "b")
+    b.send(req(2, "0.0.1.2", {"topic": "t"}))
+    b.received()
+    anon.send(
+        req(2, "0.0.1.2", {"topic": "t"})
+        + req(3, "0.0.1.3", {"topic": "t"})
+        + req(4, "0.0.1.6", {"data": "x"})
+        + req(5, "0.0.1.4", {"topic": "t", "data": "hi"})
+        + req(6, "0.0.1.5", {"to": "b", "data": "psst"})
+    )
+    assert [m.status for m in messages(anon)] == [
+        Status.FORBIDDEN,
+        Status.FORBIDDEN,
+        Status.FORBIDDEN,
+        Status.OK,
+        Status.OK,
+    ]
+    assert [decoded(m)["from"] for m in messages(b)] == [".", "."]
+
+
+def test_bad_notifies_from_a_client_are_dropped_quietly(broker):
+    from twisted.logger import LogLevel, globalLogPublisher
+
+    errors = []
+
+    def observer(event):
+        if event.get("log_level") in (LogLevel.error, LogLevel.critical):
+            errors.append(event)
+
+    globalLogPublisher.addObserver(observer)
+    try:
+        a = login(broker)
+        a.send(codec.encode_binary(Notify(A("0.0.1.4"), Encoding.JSON, b"{bad json")))
+        a.send(codec.encode_binary(Notify(A("0.0.1.2"), Encoding.JSON, b'{"no":"topic"}')))
+        assert messages(a) == []
+        assert not a.closed
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    assert errors == []
