@@ -67,6 +67,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stalled-messages", type=int, help="scenario 4 count [20000]")
     p.add_argument("--round-trips", type=int, help="scenario 3 count [5000]")
     p.add_argument("--idle-connections", type=int, help="scenario 5 count [10000]")
+    p.add_argument("--topics", type=int, default=1,
+                   help="scenarios 1, 2, 4: the publisher cycles through this many topics, "
+                        "all subscribed by every subscriber, so no two consecutive messages "
+                        "share a topic [1]")
     p.add_argument("--nice", type=int, default=0,
                    help="change the harness's (and so the servers') niceness, and its "
                         "scheduler autogroup's, e.g. -10 as root on a machine shared with "
@@ -191,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         params = params.quick()
     params.verify = not args.no_verify
+    params.topics = max(1, args.topics)
     for option, attr in [
         ("mcast_messages", "mcast_messages"), ("fanout_messages", "fanout_messages"),
         ("stalled_messages", "stalled_messages"), ("round_trips", "latency_round_trips"),
@@ -218,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  server cores {sorted(server_cpus) if server_cpus else 'any'}, client cores "
           f"{sorted(client_cpus) if client_cpus else 'any'}; nice {niceness}; "
           f"RLIMIT_NOFILE {nofile}; "
-          f"payload {params.payload_size} B{'; QUICK' if args.quick else ''}"
+          f"payload {params.payload_size} B; {params.topics} topic(s)"
+          f"{'; QUICK' if args.quick else ''}"
           f"{'; PROFILING ssmp 1-2 (those figures are perturbed)' if args.profile else ''}")
     if "mosquitto" in kinds:
         print(f"  mosquitto {procs.find_mosquitto(args.mosquitto)}, max_queued_messages "

@@ -48,6 +48,8 @@ class Params:
     #: this many subscribers, and the last frame for the others
     verify: bool = True
     verify_streams: int = 10
+    #: topics the publisher cycles through (all subscribed by every subscriber)
+    topics: int = 1
 
     def quick(self) -> Params:
         return Params(
@@ -55,7 +57,7 @@ class Params:
             stalled_messages=2_000,
             latency_round_trips=500, latency_warmup=50, idle_connections=1_000,
             payload_size=self.payload_size, idle_timeout=self.idle_timeout,
-            scenario_timeout=self.scenario_timeout, verify=self.verify,
+            scenario_timeout=self.scenario_timeout, verify=self.verify, topics=self.topics,
         )
 
 
@@ -68,14 +70,18 @@ def publish_fanout(
     ``around``: a context-manager factory wrapped around the publishing phase (profiling)."""
     port = server.port
     sender = "pub"
-    frame_len = len(proto.delivered(sender, TOPIC, payload(0, params.payload_size)))
+    # message i goes to topics[i % k]; with k > 1 no two consecutive messages share a
+    # topic (every subscriber subscribes to all k), which defeats batching of runs
+    k = params.topics
+    topics = [TOPIC] if k == 1 else [f"{TOPIC}{j:03d}" for j in range(k)]
+    size = params.payload_size
+    frame_len = len(proto.delivered(sender, topics[0], payload(0, size)))
     expected = messages * frame_len
-    last = proto.delivered(sender, TOPIC, payload(messages - 1, params.payload_size))
+    last = proto.delivered(sender, topics[(messages - 1) % k], payload(messages - 1, size))
     stream = None
     if params.verify:
         stream = b"".join(
-            proto.delivered(sender, TOPIC, payload(i, params.payload_size))
-            for i in range(messages)
+            proto.delivered(sender, topics[i % k], payload(i, size)) for i in range(messages)
         )
     stalled_sock = None
     socks: list[socket.socket] = []
@@ -83,15 +89,15 @@ def publish_fanout(
         if stalled:
             # first in the topic's subscriber order; tiny receive buffer; never read again
             stalled_sock = open_client(
-                port, *proto.subscriber_setup("stalled", TOPIC), rcvbuf=4096
+                port, *proto.subscriber_setup("stalled", *topics), rcvbuf=4096
             )
-        setups = [proto.subscriber_setup(f"sub{i}", TOPIC) for i in range(subscribers)]
+        setups = [proto.subscriber_setup(f"sub{i}", *topics) for i in range(subscribers)]
         socks = open_many(port, setups, timeout=60.0)
         for sock in socks:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         pub_sock = open_client(port, *proto.publisher_setup(sender))
         data = b"".join(
-            proto.publish(TOPIC, payload(i, params.payload_size)) for i in range(messages)
+            proto.publish(topics[i % k], payload(i, size)) for i in range(messages)
         )
         rss_before = server.rss_kib()
         server_cpu = server.cpu_seconds()
@@ -121,6 +127,7 @@ def publish_fanout(
         result: dict = {
             "messages": messages,
             "subscribers": subscribers,
+            "topics": k,
             "frame_bytes": frame_len,
             "completed_subscribers": got.completed,
             "framing_ok": got.tail_ok == got.completed and got.tail_bad == 0,

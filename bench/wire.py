@@ -28,8 +28,9 @@ class SSMP:
     def login(ident: str) -> bytes:
         return b"LOGIN %s open\n" % ident.encode()
 
-    def subscriber_setup(self, ident: str, topic: str) -> tuple[bytes, bytes]:
-        return self.login(ident) + b"SUBSCRIBE %s\n" % topic.encode(), b"200\n200\n"
+    def subscriber_setup(self, ident: str, *topics: str) -> tuple[bytes, bytes]:
+        subscribe = b"".join(b"SUBSCRIBE %s\n" % t.encode() for t in topics)
+        return self.login(ident) + subscribe, b"200\n" * (1 + len(topics))
 
     def publisher_setup(self, ident: str) -> tuple[bytes, bytes]:
         return self.login(ident), b"200\n"
@@ -90,8 +91,10 @@ class MQTT:
     def suback(packet_id: int) -> bytes:
         return b"\x90\x03" + struct.pack("!H", packet_id) + b"\x00"
 
-    def subscriber_setup(self, ident: str, topic: str) -> tuple[bytes, bytes]:
-        return self.connect(ident) + self.subscribe(1, topic), self.connack + self.suback(1)
+    def subscriber_setup(self, ident: str, *topics: str) -> tuple[bytes, bytes]:
+        subscribe = b"".join(self.subscribe(i + 1, t) for i, t in enumerate(topics))
+        acks = b"".join(self.suback(i + 1) for i in range(len(topics)))
+        return self.connect(ident) + subscribe, self.connack + acks
 
     def publisher_setup(self, ident: str) -> tuple[bytes, bytes]:
         return self.connect(ident), self.connack
