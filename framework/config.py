@@ -70,7 +70,9 @@ class BrokerConfig:
     no_plugins: tuple[str, ...] = ()
     login_timeout: float = 10.0
     keepalive: float = 30.0
-    max_backlog: int = 1 << 20
+    #: generous by default: a healthy subscriber on a fresh connection (kernel buffers not
+    #: yet grown) can fall a few MB behind a burst without being a stalled one
+    max_backlog: int = 16 << 20
     slow_consumer: str = "disconnect"
     #: keys this module does not know, kept for plugins (``[plugin-name]`` tables)
     extra: Mapping[str, Any] = field(factory=dict)

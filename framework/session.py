@@ -35,7 +35,7 @@ class OutputPolicy:
     top. ``drop``: past the budget, discard (and count) instead of disconnecting.
     """
 
-    max_backlog: int = 1 << 20
+    max_backlog: int = 16 << 20
     drop: bool = False
 
 

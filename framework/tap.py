@@ -36,7 +36,7 @@ class BrokerOptions(usage.Options):
             "max-backlog",
             None,
             None,
-            "Bytes queued for a slow consumer before the policy applies [1M].",
+            "Bytes queued for a slow consumer before the policy applies [16M].",
         ],
         ["slow-consumer", None, None, "Policy past the backlog: disconnect or drop [disconnect]."],
     ]
