@@ -64,6 +64,11 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# made once: json.dumps/json.loads with options build a new encoder/decoder on every call
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 # -- whole payloads -----------------------------------------------------------------------------
 
 
@@ -73,8 +78,7 @@ def encode_payload(obj: Any, encoding: int) -> bytes:
     encoding 0 it must be ``None`` (no payload). ``ValueError`` if it cannot be done."""
     if encoding == Encoding.JSON:
         try:
-            text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-            return text.encode("utf-8")
+            return _JSON_ENCODER.encode(obj).encode("utf-8")
         except (TypeError, ValueError, RecursionError) as e:
             raise ValueError(f"cannot encode as JSON: {e}") from None
     if encoding == Encoding.MSGPACK:
@@ -100,8 +104,7 @@ def decode_payload(payload: bytes, encoding: int) -> Any:
     that does not parse (invalid UTF-8, trailing data, NaN, ...)."""
     if encoding == Encoding.JSON:
         try:
-            text = payload.decode("utf-8")
-            return json.loads(text, parse_constant=_reject_constant)
+            return _JSON_DECODER.decode(payload.decode("utf-8"))
         except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
             raise ValueError(f"bad JSON payload: {e}") from None
     if encoding == Encoding.MSGPACK:
@@ -142,8 +145,8 @@ def data_from(fields: Any, encoding: int) -> bytes:
     both or neither, wrong types, bad base64, text that is not valid Unicode)."""
     if encoding not in STRUCTURED:
         raise ValueError(f"encoding {encoding} carries no built-in action payload")
-    if not isinstance(fields, Mapping):
-        raise ValueError("the payload is not a map")  # noqa: TRY004
+    if type(fields) is not dict and not isinstance(fields, Mapping):  # dict: skip the ABC check
+        raise ValueError("the payload is not a map")
     has_data, has_b64 = "data" in fields, "data_b64" in fields
     if has_data == has_b64:
         raise ValueError('the payload needs exactly one of "data" and "data_b64"')
