@@ -94,18 +94,26 @@ class Session:
 
     # -- slow consumer ---------------------------------------------------------------------
 
-    def _send_backlogged(self, frame: bytes) -> None:
-        # Measure what is really still buffered: a consumer that reads, only slower than a
-        # burst, drains while paused and must not be mistaken for a stalled one.
+    def _fits(self, frame: bytes) -> bool:
+        """Write ``frame`` if the backlog stays within the budget; False if it would not.
+
+        Measures what is really still buffered: a consumer that reads, only slower than a
+        burst, drains while paused and must not be mistaken for a stalled one.
+        """
         fd = self._fd
         if fd is not None:
             buffered = fd._tempDataLen + len(fd.dataBuffer) - fd.offset
             backlog = max(0, buffered - fd.bufferSize) + len(frame)
         else:
             backlog = self.backlog + len(frame)
-        if backlog <= self.policy.max_backlog:
-            self.backlog = backlog
-            self.transport.write(frame)
+        if backlog > self.policy.max_backlog:
+            return False
+        self.backlog = backlog
+        self.transport.write(frame)
+        return True
+
+    def _send_backlogged(self, frame: bytes) -> None:
+        if self._fits(frame):
             return
         self.stats.dropped += 1
         self.dropped += 1
@@ -119,21 +127,9 @@ class Session:
         does not read its replies is disconnected whatever the policy."""
         if not self.paused:
             self.transport.write(frame)
-            return
-        if self.close_reason is not None:
-            return
-        fd = self._fd
-        if fd is not None:
-            buffered = fd._tempDataLen + len(fd.dataBuffer) - fd.offset
-            backlog = max(0, buffered - fd.bufferSize) + len(frame)
-        else:
-            backlog = self.backlog + len(frame)
-        if backlog <= self.policy.max_backlog:
-            self.backlog = backlog
-            self.transport.write(frame)
-            return
-        self.send = _discard
-        self.close("slow consumer")
+        elif self.close_reason is None and not self._fits(frame):
+            self.send = _discard
+            self.close("slow consumer")
 
     def close(self, reason: str) -> None:
         """Close the connection for ``reason`` (first reason wins)."""
