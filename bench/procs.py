@@ -164,6 +164,10 @@ class Server:
     def pid(self) -> int:
         return self.proc.pid
 
+    def port_for(self, protocol: str) -> int:
+        """The port of the listener for ``protocol`` (a wire protocol's ``name``)."""
+        return self.port
+
     def rss_kib(self) -> int:
         return rss_kib(self.pid)
 
@@ -193,26 +197,35 @@ class Server:
 
 
 class Broker(Server):
-    """``twistd -n msgbroker`` with one SSMP listener on loopback and ``open`` login."""
+    """``twistd -n msgbroker`` with an SSMP listener on loopback (and with ``stmp``, an STMP
+    binary TCP one too) and ``open`` login."""
 
     kind = "ssmp"
 
     def __init__(
-        self, python: str, log: Path, cpus: set[int] | None, extra: list[str], timeout: float = 30.0
+        self, python: str, log: Path, cpus: set[int] | None, extra: list[str],
+        timeout: float = 30.0, stmp: bool = False,
     ) -> None:
         self.log = log
+        listeners = ["ssmp", "stmp"] if stmp else ["ssmp"]
         argv = [
             python, "-c", "from twisted.scripts.twistd import run; run()",
             "-n", "--pidfile=", "msgbroker",
-            "--listen", f"ssmp=tcp:0:interface={HOST}", "--auth", "open", *extra,
+            *[arg for name in listeners for arg in ("--listen", f"{name}=tcp:0:interface={HOST}")],
+            "--auth", "open", *extra,
         ]
         self.argv = argv
         self.proc = spawn(argv, log=log, cpus=cpus)
-        self.port = self._wait_for_port(timeout)
-        wait_connectable(self.port, self.proc, timeout)
+        self.ports = {name: self._wait_for_port(timeout, name) for name in listeners}
+        self.port = self.ports["ssmp"]
+        for port in self.ports.values():
+            wait_connectable(port, self.proc, timeout)
 
-    def _wait_for_port(self, timeout: float) -> int:
-        pattern = re.compile(rb"ssmp listening on tcp:127\.0\.0\.1:(\d+)")
+    def port_for(self, protocol: str) -> int:
+        return self.ports[protocol]
+
+    def _wait_for_port(self, timeout: float, name: str = "ssmp") -> int:
+        pattern = re.compile(rb"%s listening on tcp:127\.0\.0\.1:(\d+)" % name.encode())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             match = pattern.search(self.log.read_bytes())
@@ -223,7 +236,7 @@ class Broker(Server):
                 raise RuntimeError(f"broker exited ({self.proc.returncode}):\n{tail}")
             time.sleep(0.05)
         self.stop()
-        raise TimeoutError(f"broker did not log its SSMP port within {timeout:.0f} s ({self.log})")
+        raise TimeoutError(f"broker did not log its {name} port within {timeout:.0f} s ({self.log})")
 
 
 def find_mosquitto(explicit: str | None) -> str | None:

@@ -1,6 +1,7 @@
-"""msgbroker benchmark harness: SSMP on msgbroker against MQTT 3.1.1 QoS 0 on Mosquitto.
+"""msgbroker benchmark harness: SSMP (and STMP) on msgbroker against MQTT 3.1.1 QoS 0 on Mosquitto.
 
-    python bench/run.py [--only ssmp|mosquitto] [--scenarios mcast,fanout,latency,stalled,idle]
+    python bench/run.py [--only ssmp|mosquitto|stmp]
+                        [--scenarios mcast,fanout,latency,stalled,idle,stmp-mcast,stmp-fanout,stmp-cross]
                         [--quick] [--repeat N] [--profile] [--python PATH]
 
 Starts each server as a separate process (a fresh one per scenario), pinned to one core,
@@ -25,24 +26,35 @@ import procs
 import scenarios
 from clients import BenchError
 from profile_summary import format_summary, summarize, to_speedscope
-from wire import PROTOCOLS
+from wire import PROTOCOLS, check_stmp_against_codec
 
 HERE = Path(__file__).resolve().parent
-ALIASES = {"1": "mcast", "2": "fanout", "3": "latency", "4": "stalled", "5": "idle"}
+ALIASES = {"1": "mcast", "2": "fanout", "3": "latency", "4": "stalled", "5": "idle",
+           "6": "stmp-mcast", "7": "stmp-fanout", "8": "stmp-cross", "stmp": "stmp-all"}
 TARGETS = {
     ("mcast", "deliveries_per_s"): 1.5,
     ("fanout", "deliveries_per_s"): 5.0,
+    # issue 3: STMP binary publish 1->1 >= 1.2x Mosquitto, fan-out 1->100 >= 4x
+    ("stmp-mcast", "deliveries_per_s"): 1.2,
+    ("stmp-fanout", "deliveries_per_s"): 4.0,
 }
+#: issue 3: SSMP -> STMP costs at most this much more server CPU per delivery than STMP -> STMP
+CROSS_TARGET = 0.20
+DEFAULT_SCENARIOS = "mcast,fanout,latency,stalled,idle"
+STMP_SCENARIOS = ["stmp-mcast", "stmp-fanout", "stmp-cross"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--only", choices=["ssmp", "mosquitto"], help="drive one server only")
+    p.add_argument("--only", choices=["ssmp", "mosquitto", "stmp"],
+                   help="drive one server/protocol only (stmp: the STMP runs of 6-8)")
     p.add_argument(
-        "--scenarios", default="mcast,fanout,latency,stalled,idle",
-        help="comma-separated names or numbers (1 mcast, 2 fanout, 3 latency, 4 stalled, 5 idle)",
+        "--scenarios", default=DEFAULT_SCENARIOS,
+        help="comma-separated names or numbers (1 mcast, 2 fanout, 3 latency, 4 stalled, "
+             "5 idle, 6 stmp-mcast, 7 stmp-fanout, 8 stmp-cross; 'stmp' = 6,7,8) "
+             f"[{DEFAULT_SCENARIOS}]",
     )
     p.add_argument("--quick", action="store_true", help="a tenth of every count (smoke test)")
     p.add_argument("--no-verify", action="store_true",
@@ -67,6 +79,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stalled-messages", type=int, help="scenario 4 count [20000]")
     p.add_argument("--round-trips", type=int, help="scenario 3 count [5000]")
     p.add_argument("--idle-connections", type=int, help="scenario 5 count [10000]")
+    p.add_argument("--stmp-mcast-messages", type=int, help="scenario 6 count [100000]")
+    p.add_argument("--stmp-fanout-messages", type=int, help="scenario 7 count [10000]")
+    p.add_argument("--cross-messages", type=int, help="scenario 8 count [20000]")
+    p.add_argument("--cross-subscribers", type=int, help="scenario 8 STMP subscribers [10]")
     p.add_argument("--topics", type=int, default=1,
                    help="scenarios 1, 2, 4: the publisher cycles through this many topics, "
                         "all subscribed by every subscriber, so no two consecutive messages "
@@ -89,6 +105,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     names = []
     for raw in args.scenarios.split(","):
         item = ALIASES.get(raw.strip(), raw.strip())
+        if item == "stmp-all":
+            names += STMP_SCENARIOS
+            continue
         if item not in scenarios.SCENARIOS:
             p.error(f"unknown scenario {item!r}")
         names.append(item)
@@ -112,13 +131,14 @@ def cpu_sets(args: argparse.Namespace) -> tuple[set[int] | None, set[int] | None
 def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Server:
     log_dir = args.results / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
-    if kind == "ssmp":
+    if kind in ("ssmp", "stmp", "ssmp->stmp"):
         extra = list(args.broker_arg)
         if args.max_backlog:
             extra += ["--max-backlog", args.max_backlog]
         if args.slow_consumer:
             extra += ["--slow-consumer", args.slow_consumer]
-        return procs.Broker(args.python, log_dir / f"broker-{tag}.log", server_cpus, extra)
+        return procs.Broker(args.python, log_dir / f"broker-{tag}.log", server_cpus, extra,
+                            stmp=kind != "ssmp")
     binary = procs.find_mosquitto(args.mosquitto)
     if binary is None:
         raise BenchError("mosquitto not found (apt-get install -y mosquitto, or --mosquitto)")
@@ -136,17 +156,24 @@ def fmt(value: float) -> str:
 def describe(name: str, r: dict) -> str:
     if "error" in r:
         return f"FAILED: {r['error']}"
-    if name in ("mcast", "fanout", "stalled"):
+    if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS):
         if "deliveries_per_s" not in r:
             return (f"INCOMPLETE: {r['completed_subscribers']}/{r['subscribers']} subscribers "
                     f"complete, {r['delivered']:,} of {r['messages'] * r['subscribers']:,} "
                     f"delivered, {r['eof_subscribers']} closed by the server "
                     f"{'(' + '; '.join(r['closed_how']) + ') ' if r['closed_how'] else ''}"
                     f"timed out={r['timed_out']}")
-        unit = "msgs/s" if name == "mcast" else "deliveries/s"
+        one = r["subscribers"] == 1
+        unit = "msgs/s" if one else "deliveries/s"
         per_sub = f", per subscriber {fmt(r['per_subscriber_per_s'])} msgs/s"
         text = (f"{fmt(r['deliveries_per_s'])} {unit} ({r['elapsed_s']:.3f} s"
-                f"{per_sub if name != 'mcast' else ''})")
+                f"{per_sub if not one else ''})")
+        if name in STMP_SCENARIOS:
+            text += (f"; from the publisher's start {fmt(r['deliveries_per_s_from_start'])} "
+                     f"{unit} ({r['from_start_s']:.3f} s)")
+        if name == "stmp-cross":
+            text += (f"; server CPU {r['server_cpu_s']:.3f} s = "
+                     f"{r['server_cpu_per_delivery_us']:.2f} us per delivery")
         text += (f"; CPU over {r['cpu_window_s']:.2f} s: server {100 * r['server_cpu_share']:.0f}%,"
                  f" readers {100 * r['reader_cpu_share']:.0f}%,"
                  f" publisher {100 * r['publisher_cpu_share']:.0f}%, anything else"
@@ -200,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         ("mcast_messages", "mcast_messages"), ("fanout_messages", "fanout_messages"),
         ("stalled_messages", "stalled_messages"), ("round_trips", "latency_round_trips"),
         ("idle_connections", "idle_connections"),
+        ("stmp_mcast_messages", "stmp_mcast_messages"),
+        ("stmp_fanout_messages", "stmp_fanout_messages"),
+        ("cross_messages", "cross_messages"), ("cross_subscribers", "cross_subscribers"),
     ]:
         if getattr(args, option):
             setattr(params, attr, getattr(args, option))
@@ -215,7 +245,12 @@ def main(argv: list[str] | None = None) -> int:
         params.idle_connections = max(100, nofile - 200)
         print(f"note: RLIMIT_NOFILE is {nofile}: idle connections lowered to "
               f"{params.idle_connections}")
-    kinds = [args.only] if args.only else ["ssmp", "mosquitto"]
+    kinds_of = {name: _kinds(name, args.only) for name in args.names}
+    kinds = list(dict.fromkeys(k for ks in kinds_of.values() for k in ks))
+    if any(k in ("stmp", "ssmp->stmp") for k in kinds):
+        mismatch = check_stmp_against_codec()
+        if mismatch:
+            print(f"WARNING: the harness's STMP frames differ from msgbroker's codec: {mismatch}")
 
     print(f"msgbroker bench {stamp}: {' '.join(sys.argv)}")
     print(f"  host {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "
@@ -231,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.mosquitto_queue_limit}")
 
     results: dict[str, dict[str, list[dict]]] = {
-        name: {kind: [] for kind in kinds} for name in args.names
+        name: {kind: [] for kind in kinds_of[name]} for name in args.names
     }
     profiles: list[dict] = []
     # repetitions outermost, so that a scenario's runs are spread over time and scenario 4
@@ -241,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             number, title, func = scenarios.SCENARIOS[name]
             run_note = f" (run {rep + 1}/{args.repeat})" if args.repeat > 1 else ""
             print(f"\n[{number}] {title}{run_note}", flush=True)
-            for kind in kinds:
+            for kind in kinds_of[name]:
                 r = _run_one(args, params, name, func, kind, f"{name}-{rep}", server_cpus,
                              stamp, profiles)
                 results[name][kind].append(r)
@@ -261,6 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     ))
     print(f"\nresults: {out}")
     return 0
+
+
+def _kinds(name: str, only: str | None) -> list[str]:
+    """The servers/protocols scenario ``name`` drives, in order (``--only`` filters)."""
+    kinds = scenarios.KINDS.get(name, ["ssmp", "mosquitto"])
+    if only:
+        kinds = [k for k in kinds if only in k.split("->")]
+    return kinds
 
 
 def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) -> dict:
@@ -325,7 +368,42 @@ SUMMARY = {
                 ("rss_after_kib", "server RSS KiB at end", False)],
     "idle": [("bytes_per_connection", "RSS bytes/connection", False),
              ("rss_after_kib", "server RSS KiB", False)],
+    "stmp-mcast": [("deliveries_per_s", "msgs/s", True),
+                   ("deliveries_per_s_from_start", "msgs/s from the publisher's start", True)],
+    "stmp-fanout": [("deliveries_per_s", "deliveries/s", True),
+                    ("deliveries_per_s_from_start", "deliveries/s from the publisher's start",
+                     True)],
+    "stmp-cross": [("server_cpu_per_delivery_us", "server CPU us per delivery", False),
+                   ("deliveries_per_s", "deliveries/s", True)],
 }
+
+
+def _stmp_ratios(name: str, key: str, by_kind: dict) -> str:
+    """stmp/mosquitto and ssmp/mosquitto (6, 7); cross-protocol vs same-protocol (8)."""
+    med = {kind: median_of(runs, key) for kind, runs in by_kind.items()}
+    text = ""
+    if name == "stmp-cross":
+        same, cross = med.get("stmp"), med.get("ssmp->stmp")
+        if same and cross is not None:
+            diff = cross / same - 1
+            if key == "server_cpu_per_delivery_us":
+                ok = "met" if diff <= CROSS_TARGET else "NOT met"
+                text = (f"; SSMP->STMP vs STMP->STMP {100 * diff:+.1f}% per delivery "
+                        f"(target <= +{100 * CROSS_TARGET:.0f}%: {ok})")
+            else:
+                text = f"; SSMP->STMP vs STMP->STMP {100 * diff:+.1f}%"
+        return text
+    theirs = med.get("mosquitto")
+    if not theirs:
+        return text
+    target = TARGETS.get((name, "deliveries_per_s"))
+    for kind in ("stmp", "ssmp"):
+        if med.get(kind) is not None:
+            ratio = med[kind] / theirs
+            text += f"; {kind}/mosquitto {ratio:.2f}x"
+            if kind == "stmp" and target:
+                text += f" (target >= {target}x: {'met' if ratio >= target else 'NOT met'})"
+    return text
 
 
 def _figure(runs: list[dict], key: str, higher_better: bool, repeat: int) -> str:
@@ -349,7 +427,9 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
         parts = [f"{kind} {_figure(runs, key, higher_better, repeat)}"
                  for kind, runs in by_kind.items()]
         line = f"    {label}: " + ", ".join(parts)
-        if set(by_kind) == {"ssmp", "mosquitto"}:
+        if name in STMP_SCENARIOS:
+            line += _stmp_ratios(name, key, by_kind)
+        elif set(by_kind) == {"ssmp", "mosquitto"}:
             ours = median_of(by_kind["ssmp"], key)
             theirs = median_of(by_kind["mosquitto"], key)
             if ours is not None and theirs:

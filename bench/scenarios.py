@@ -1,5 +1,8 @@
-"""The five scenarios. Each takes a running server and its wire protocol and returns a dict of
-figures; none of them knows which server it drives."""
+"""The scenarios. Each takes a running server and its wire protocol and returns a dict of
+figures; none of them knows which server it drives. The STMP ones (stmp-mcast, stmp-fanout,
+stmp-cross) are scenarios 1 and 2 with their own counts, driven with the STMP wire protocol
+(and Mosquitto/SSMP at the same counts for the ratios), and a fan-out whose publisher speaks
+SSMP or STMP to STMP subscribers."""
 
 from __future__ import annotations
 
@@ -50,6 +53,11 @@ class Params:
     verify_streams: int = 10
     #: topics the publisher cycles through (all subscribed by every subscriber)
     topics: int = 1
+    #: STMP scenarios (STMP is slower than SSMP: smaller counts)
+    stmp_mcast_messages: int = 100_000
+    stmp_fanout_messages: int = 10_000
+    cross_messages: int = 20_000
+    cross_subscribers: int = 10
 
     def quick(self) -> Params:
         return Params(
@@ -58,6 +66,8 @@ class Params:
             latency_round_trips=500, latency_warmup=50, idle_connections=1_000,
             payload_size=self.payload_size, idle_timeout=self.idle_timeout,
             scenario_timeout=self.scenario_timeout, verify=self.verify, topics=self.topics,
+            stmp_mcast_messages=10_000, stmp_fanout_messages=1_000, cross_messages=2_000,
+            cross_subscribers=self.cross_subscribers,
         )
 
 
@@ -67,8 +77,12 @@ def publish_fanout(
 ) -> dict:
     """One publisher, ``subscribers`` readers (plus one that never reads when ``stalled``).
 
-    ``around``: a context-manager factory wrapped around the publishing phase (profiling)."""
-    port = server.port
+    ``around``: a context-manager factory wrapped around the publishing phase (profiling).
+    ``proto`` may be a :class:`wire.Mixed`: its ``pub`` publishes, its ``sub`` subscribes."""
+    pub_proto = getattr(proto, "pub", proto)
+    proto = getattr(proto, "sub", proto)
+    port = server.port_for(proto.name)
+    pub_port = server.port_for(pub_proto.name)
     sender = "pub"
     # message i goes to topics[i % k]; with k > 1 no two consecutive messages share a
     # topic (every subscriber subscribes to all k), which defeats batching of runs
@@ -95,19 +109,19 @@ def publish_fanout(
         socks = open_many(port, setups, timeout=60.0)
         for sock in socks:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        pub_sock = open_client(port, *proto.publisher_setup(sender))
+        pub_sock = open_client(pub_port, *pub_proto.publisher_setup(sender))
         data = b"".join(
-            proto.publish(topics[i % k], payload(i, size)) for i in range(messages)
+            pub_proto.publish(topics[i % k], payload(i, size)) for i in range(messages)
         )
         rss_before = server.rss_kib()
         server_cpu = server.cpu_seconds()
         cores = core_times()
         own = os.times()
-        wall = time.perf_counter()
+        wall = start = time.perf_counter()
         deadline = time.monotonic() + params.scenario_timeout
         with around() if around else contextlib.nullcontext():
             publisher = Publisher(
-                pub_sock, data, messages * len(proto.publish_reply), params.scenario_timeout
+                pub_sock, data, messages * len(pub_proto.publish_reply), params.scenario_timeout
             )
             try:
                 got = receive_counts(
@@ -143,6 +157,7 @@ def publish_fanout(
             "publisher": pub,
             "rss_before_kib": rss_before,
             "cpu_window_s": wall,
+            "server_cpu_s": server_cpu,
             "server_cpu_share": server_cpu / wall,
             "reader_cpu_share": reader_cpu / wall,
             "publisher_cpu_share": pub.get("cpu_seconds", 0.0) / wall,
@@ -156,6 +171,12 @@ def publish_fanout(
             result["elapsed_s"] = elapsed
             result["deliveries_per_s"] = subscribers * messages / elapsed
             result["per_subscriber_per_s"] = messages / elapsed
+            # from just before the publisher starts (a server that reads a large chunk of
+            # publishes before writing any delivery makes "first byte" start late)
+            result["from_start_s"] = got.t_last - start
+            result["deliveries_per_s_from_start"] = subscribers * messages / (got.t_last - start)
+            # server CPU seconds per delivery, over the publisher's lifetime (see above)
+            result["server_cpu_per_delivery_us"] = 1e6 * server_cpu / (subscribers * messages)
         if stalled_sock is not None:
             # the disconnect (if any) happened while the others were being served; allow
             # the reset a moment to arrive
@@ -206,6 +227,31 @@ def stalled(server: Server, proto, params: Params, around=None) -> dict:
     return publish_fanout(
         server, proto, params, messages=params.stalled_messages,
         subscribers=params.fanout_subscribers - 1, stalled=True, around=around,
+    )
+
+
+def stmp_mcast(server: Server, proto, params: Params, around=None) -> dict:
+    """1->1 at the STMP count (run for STMP, SSMP and Mosquitto alike)."""
+    return publish_fanout(
+        server, proto, params, messages=params.stmp_mcast_messages, subscribers=1,
+        around=around,
+    )
+
+
+def stmp_fanout(server: Server, proto, params: Params, around=None) -> dict:
+    """1->100 at the STMP count (run for STMP, SSMP and Mosquitto alike)."""
+    return publish_fanout(
+        server, proto, params, messages=params.stmp_fanout_messages,
+        subscribers=params.fanout_subscribers, around=around,
+    )
+
+
+def stmp_cross(server: Server, proto, params: Params, around=None) -> dict:
+    """1 -> ``cross_subscribers`` STMP subscribers, the publisher speaking SSMP or STMP
+    (``proto`` a :class:`wire.Mixed` or STMP itself): server CPU per delivery."""
+    return publish_fanout(
+        server, proto, params, messages=params.cross_messages,
+        subscribers=params.cross_subscribers, around=around,
     )
 
 
@@ -331,4 +377,14 @@ SCENARIOS = {
     "latency": (3, "UCAST echo latency", latency),
     "stalled": (4, "stalled subscriber among 100", stalled),
     "idle": (5, "idle connections", idle),
+    "stmp-mcast": (6, "STMP binary publish 1->1", stmp_mcast),
+    "stmp-fanout": (7, "STMP fan-out 1->100", stmp_fanout),
+    "stmp-cross": (8, "cross-protocol: SSMP or STMP publisher -> STMP subscribers", stmp_cross),
+}
+
+#: which servers/protocols each scenario drives (default: ssmp, mosquitto)
+KINDS = {
+    "stmp-mcast": ["stmp", "ssmp", "mosquitto"],
+    "stmp-fanout": ["stmp", "ssmp", "mosquitto"],
+    "stmp-cross": ["stmp", "ssmp->stmp"],
 }

@@ -1,4 +1,5 @@
-"""Pre-encoded frames for the two protocols the harness drives: SSMP 1.1 and MQTT 3.1.1.
+"""Pre-encoded frames for the protocols the harness drives: SSMP 1.1, STMP 0.1 (binary, over
+TCP) and MQTT 3.1.1.
 
 No client library: every frame is built here as bytes, once, before a measurement starts.
 Each protocol is described by a small object with the same shape, so a scenario is written
@@ -15,6 +16,7 @@ once and run against either server:
 
 from __future__ import annotations
 
+import json
 import struct
 
 
@@ -108,6 +110,94 @@ class MQTT:
         return self.publish(topic, payload)
 
 
+class STMP:
+    """STMP 0.1 binary serialization over TCP, JSON payloads (encoding 2), the broker's
+    built-in actions 0.0.1.0/24. Encoded here with the standard library only (the
+    broker's own codec is not needed to run the harness; ``check_stmp_against_codec``
+    compares with it when it is importable).
+
+    Request: 0x50 (kind 1, encoding 2) + id u16 + action u32 + PS u32 + payload;
+    response Ok without payload: 0xC0 + id u16 + 0x00; delivery: notify 0.0.1.16 =
+    0x90 + 0x00000110 + PS u32 + JSON ``{"from","kind","topic","data"}``."""
+
+    name = "stmp"
+    publish_reply = b"\xc0\x00\x00\x00"  # only its length matters (ids vary)
+    ping = b"\x00"
+    pong = b""  # the server answers no ping: the harness does not use it
+    LOGIN, SUBSCRIBE, PUBLISH, DELIVERY = 0x0101, 0x0102, 0x0104, 0x0110
+
+    def __init__(self) -> None:
+        self._next_id = 0
+
+    def _id(self) -> int:
+        """Request ids cycle through 1..65535 (u16; 0 is the version check's)."""
+        self._next_id = self._next_id % 0xFFFF + 1
+        return self._next_id
+
+    @staticmethod
+    def _json(obj: dict) -> bytes:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    @classmethod
+    def request(cls, ident: int, action: int, obj: dict) -> bytes:
+        body = cls._json(obj)
+        return b"\x50" + struct.pack(">HII", ident, action, len(body)) + body
+
+    @staticmethod
+    def ok(ident: int) -> bytes:
+        return b"\xc0" + struct.pack(">H", ident) + b"\x00"
+
+    def subscriber_setup(self, ident: str, *topics: str) -> tuple[bytes, bytes]:
+        out = [self.request(1, self.LOGIN, {"id": ident, "scheme": "open"})]
+        out += [self.request(2 + i, self.SUBSCRIBE, {"topic": t}) for i, t in enumerate(topics)]
+        return b"".join(out), b"".join(self.ok(i + 1) for i in range(1 + len(topics)))
+
+    def publisher_setup(self, ident: str) -> tuple[bytes, bytes]:
+        return self.request(1, self.LOGIN, {"id": ident, "scheme": "open"}), self.ok(1)
+
+    def publish(self, topic: str, payload: bytes) -> bytes:
+        return self.request(
+            self._id(), self.PUBLISH, {"topic": topic, "data": payload.decode("ascii")}
+        )
+
+    @classmethod
+    def delivered(cls, sender: str, topic: str, payload: bytes) -> bytes:
+        body = cls._json({"from": sender, "kind": "mcast", "topic": topic,
+                          "data": payload.decode("ascii")})
+        return b"\x90" + struct.pack(">II", cls.DELIVERY, len(body)) + body
+
+
+class Mixed:
+    """A publisher speaking one protocol, subscribers another, on the same broker."""
+
+    def __init__(self, pub, sub) -> None:
+        self.pub, self.sub = pub, sub
+        self.name = f"{pub.name}->{sub.name}"
+
+
+def check_stmp_against_codec() -> str | None:
+    """Compare STMP's frames with msgbroker's codec when importable: None if equal (or the
+    codec is not importable here), else what differs."""
+    try:
+        from msgbroker.plugins.stmp.codec import Notify, Request, encode_binary, parse_action
+        from msgbroker.plugins.stmp.payloads import encode_payload
+    except ImportError:
+        return None
+    proto = STMP()
+    data = payload(7, 64)
+    want = encode_binary(Request(1, parse_action("0.0.1.4"), 2, encode_payload(
+        {"topic": "bench", "data": data.decode()}, 2)))
+    got = proto.publish("bench", data)
+    if got != want:
+        return f"publish: {got!r} != codec {want!r}"
+    want = encode_binary(Notify(parse_action("0.0.1.16"), 2, encode_payload(
+        {"from": "pub", "kind": "mcast", "topic": "bench", "data": data.decode()}, 2)))
+    got = proto.delivered("pub", "bench", data)
+    if got != want:
+        return f"delivery: {got!r} != codec {want!r}"
+    return None
+
+
 def parse_mqtt_packets(buf: bytearray) -> list[tuple[int, bytes]]:
     """Split complete MQTT packets off the front of ``buf`` (consumed in place):
     ``[(first header byte, body), ...]``."""
@@ -146,4 +236,9 @@ def payload(seq: int, size: int) -> bytes:
     return head + b"x" * (size - len(head))
 
 
-PROTOCOLS = {"ssmp": SSMP(), "mosquitto": MQTT()}
+PROTOCOLS = {
+    "ssmp": SSMP(),
+    "mosquitto": MQTT(),
+    "stmp": STMP(),
+    "ssmp->stmp": Mixed(SSMP(), STMP()),
+}
