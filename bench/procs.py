@@ -236,7 +236,9 @@ class Broker(Server):
                 raise RuntimeError(f"broker exited ({self.proc.returncode}):\n{tail}")
             time.sleep(0.05)
         self.stop()
-        raise TimeoutError(f"broker did not log its {name} port within {timeout:.0f} s ({self.log})")
+        raise TimeoutError(
+            f"broker did not log its {name} port within {timeout:.0f} s ({self.log})"
+        )
 
 
 def find_mosquitto(explicit: str | None) -> str | None:

@@ -1,7 +1,8 @@
 """msgbroker benchmark harness: SSMP (and STMP) on msgbroker against MQTT 3.1.1 QoS 0 on Mosquitto.
 
     python bench/run.py [--only ssmp|mosquitto|stmp]
-                        [--scenarios mcast,fanout,latency,stalled,idle,stmp-mcast,stmp-fanout,stmp-cross]
+                        [--scenarios mcast,fanout,latency,stalled,idle,
+                                     stmp-mcast,stmp-fanout,stmp-cross]
                         [--quick] [--repeat N] [--profile] [--python PATH]
 
 Starts each server as a separate process (a fresh one per scenario), pinned to one core,
