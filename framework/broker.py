@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .hub import Hub, Peer
 from .message import Encoder, Message, RouteResult
 from .pluginmanager import build_plugin_manager, has_implementations
-from .session import OutputPolicy, Session
+from .session import Batcher, OutputPolicy, Session
 
 log = Logger(namespace="msgbroker")
 
@@ -56,6 +56,9 @@ class Broker:
         self.config = config or BrokerConfig()
         self.reactor = reactor
         self.hub = Hub()
+        #: deliveries are written once per recipient per batch; protocols flush it at the
+        #: end of each received chunk
+        self.batcher = Batcher(reactor)
         #: open sessions in the order they connected (a dict used as an ordered set)
         self.sessions: dict[Session, None] = {}
         #: (listener, bound address text), filled by the service as listeners bind
@@ -160,6 +163,7 @@ class Broker:
             closer=closer,
             host=host,
             tls_names=tls_names,
+            batcher=self.batcher,
         )
         self.sessions[session] = None
         if self._opened is not None:
@@ -172,6 +176,7 @@ class Broker:
             return
         del self.sessions[session]
         self.hub.close(session)
+        self.batcher.flush()  # its UNSUBSCRIBE events go out now
         if session.close_reason is None:
             session.close_reason = reason
         if self._closed is not None:
@@ -202,6 +207,7 @@ class Broker:
             result = Deny("auth scheme raised")
         if isinstance(result, Accept):
             self.hub.login(session, result.identity)
+            self.batcher.flush()  # presence events of a kicked holder
         else:
             log.info(
                 "{protocol} login refused for {identity!r} from {host} ({scheme}): {reason}",

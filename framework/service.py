@@ -181,6 +181,7 @@ class BrokerService(service.MultiService):
         for session in sessions:  # all presence events first, while every peer is open
             session.close_reason = "shutdown"
             self.broker.session_closed(session, "shutdown")
+        self.broker.batcher.flush()
         for session in sessions:
             session.closer("shutdown")
         if waits:

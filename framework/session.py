@@ -67,12 +67,42 @@ class Session:
     data: dict[str, Any] = field(factory=dict)
     #: called once the connection is gone (the service waits on these at shutdown)
     on_lost: list[Callable[[], None]] = field(factory=list)
+    #: when set, deliveries are queued and written once per batch (see :class:`Batcher`)
+    batcher: Batcher | None = None
     _fd: Any = field(default=None, init=False, repr=False)
+    _pending: list[bytes] = field(factory=list, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self.send = self.transport.write
+        self.send = self._queue if self.batcher is not None else self.transport.write
         self.transport.registerProducer(self, True)
         self._fd = _file_descriptor(self.transport)
+
+    # -- batching: one write per recipient per received chunk, not one per delivery --------
+
+    def _queue(self, frame: bytes) -> None:
+        pending = self._pending
+        if not pending:
+            self.batcher.mark(self)  # type: ignore[union-attr]
+        pending.append(frame)
+
+    def flush(self) -> None:
+        """Write what was queued, through the output budget (a whole batch is dropped, or
+        the peer disconnected, when it does not fit)."""
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        count = len(pending)
+        pending.clear()
+        if self.close_reason is not None:
+            return
+        if not self.paused:
+            self.transport.write(data)
+        elif not self._fits(data):
+            self.stats.dropped += count
+            self.dropped += count
+            if not self.policy.drop:
+                self.close("slow consumer")
 
     # -- IPushProducer: the transport tells us when its buffer is full or drained ----------
 
@@ -81,13 +111,15 @@ class Session:
         if self.close_reason is None and not self.paused:
             self.paused = True
             self.backlog = 0
-            self.send = self._send_backlogged
+            if self.batcher is None:  # batched output meets the budget at flush
+                self.send = self._send_backlogged
 
     def resumeProducing(self) -> None:
         if self.close_reason is None:
             self.paused = False
             self.backlog = 0
-            self.send = self.transport.write
+            if self.batcher is None:
+                self.send = self.transport.write
 
     def stopProducing(self) -> None:
         self.send = _discard
@@ -125,6 +157,8 @@ class Session:
         """Send a reply to this peer's own request. Within the budget like any output, but
         never dropped: a lost reply would break the request/reply pairing, so a peer that
         does not read its replies is disconnected whatever the policy."""
+        if self._pending:  # keep this peer's output in the order it was produced
+            self.flush()
         if not self.paused:
             self.transport.write(frame)
         elif self.close_reason is None and not self._fits(frame):
@@ -148,6 +182,36 @@ class Session:
 
 def _discard(frame: bytes) -> None:
     pass
+
+
+class Batcher:
+    """Coalesces deliveries: a session queues what the hub sends it and is written once
+    when the batch is flushed — at the end of the received chunk that caused it (protocols
+    call :meth:`flush`), or at the latest on the next reactor turn. A publisher's chunk of
+    many messages then costs each recipient one transport write, not one per message."""
+
+    def __init__(self, clock: Any) -> None:
+        self._clock = clock
+        self._dirty: list[Session] = []
+        self._scheduled = False
+
+    def mark(self, session: Session) -> None:
+        self._dirty.append(session)
+        if not self._scheduled:
+            self._scheduled = True
+            self._clock.callLater(0, self._turn)
+
+    def _turn(self) -> None:
+        self._scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        dirty = self._dirty
+        while dirty:
+            self._dirty = []
+            for session in dirty:
+                session.flush()
+            dirty = self._dirty
 
 
 def _file_descriptor(transport: Any) -> Any:

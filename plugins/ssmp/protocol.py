@@ -106,9 +106,10 @@ class SSMPServerProtocol(BrokerProtocol):
             for event in self._decoder.feed(data):
                 self._handle(event)
                 if self._closing:
-                    return
+                    break
         except RemoteProtocolError as e:
             self._bad_request(str(e))
+        self.broker.batcher.flush()  # what this chunk caused: one write per recipient
 
     # -- before login ------------------------------------------------------------------------
 

@@ -387,10 +387,11 @@ class STMPServerProtocol(BrokerProtocol):
             for message in self._decoder.feed(data):
                 stmp.received(message)
                 if stmp.closed:
-                    return
+                    break
         except RemoteProtocolError as e:
             log.debug("stmp {host}: protocol error: {why}", host=self.session.host, why=str(e))
             stmp.close(f"protocol error: {e}")
+        self.broker.batcher.flush()  # what this chunk caused: one write per recipient
 
     def connectionLost(self, reason: Any = None) -> None:
         if self.stmp is not None:

@@ -101,6 +101,7 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
             stmp.close(f"protocol error: {e}")
             return
         stmp.received(message, framing)
+        self.factory.broker.batcher.flush()
 
     def _close(self, reason: str) -> None:
         # Nothing may follow our close frame (RFC 6455): leave the hub now rather than when

@@ -218,6 +218,7 @@ class EchoProtocol(BrokerProtocol):
 
     def dataReceived(self, data):
         self.session.send(data)
+        self.broker.batcher.flush()  # written now, not on the next reactor turn
 
 
 class EchoPlugin:
