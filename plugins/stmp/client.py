@@ -74,6 +74,7 @@ from .blocking import (
     version_request,
 )
 from .codec import Encoding, Message, Notify, Ping, Request, Response, Status
+from .websocket import ReactorTimer
 
 __all__ = [
     "DEFAULT_PORT",
@@ -596,26 +597,6 @@ class STMPWebSocketClientProtocol(STMPClientBase, WebSocketClientProtocol):  # t
             self.sendClose(1000)
 
 
-class _ReactorTimer:
-    """What autobahn wants of a timer (``call_later`` returning something to ``cancel``),
-    on a given reactor."""
-
-    def __init__(self, reactor: Any) -> None:
-        self._reactor = reactor
-
-    def call_later(self, delay: float, fun: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        return _Cancellable(self._reactor.callLater(delay, fun, *args, **kw))
-
-
-class _Cancellable:
-    def __init__(self, call: Any) -> None:
-        self._call = call
-
-    def cancel(self) -> None:
-        if self._call.active():
-            self._call.cancel()
-
-
 class STMPWebSocketClientFactory(WebSocketClientFactory):
     """Builds :class:`STMPWebSocketClientProtocol` (or ``protocol_class``) for ``url``
     with the given options."""
@@ -632,7 +613,7 @@ class STMPWebSocketClientFactory(WebSocketClientFactory):
             # autobahn's handshake and close timers run on txaio's loop (the global reactor):
             # put them on ours. (Its wait for the server to drop the TCP connection after a
             # close handshake still uses txaio's loop.)
-            self._batched_timer = _ReactorTimer(reactor)
+            self._batched_timer = ReactorTimer(reactor)
         self.protocol_class = protocol_class
         self.options = options
 

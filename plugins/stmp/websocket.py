@@ -130,11 +130,34 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
                 callback()
 
 
+class ReactorTimer:
+    """What autobahn wants of its timer (``call_later`` returning something to ``cancel``),
+    on a given reactor. autobahn's own batched timer uses txaio's loop, the global reactor,
+    whatever reactor the factory was given."""
+
+    def __init__(self, reactor: Any) -> None:
+        self._reactor = reactor
+
+    def call_later(self, delay: float, fun: Any, *args: Any, **kwargs: Any) -> Any:
+        return _Cancellable(self._reactor.callLater(delay, fun, *args, **kwargs))
+
+
+class _Cancellable:
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def cancel(self) -> None:
+        if self._call.active():
+            self._call.cancel()
+
+
 class STMPWebSocketFactory(WebSocketServerFactory):
     protocol = STMPWebSocketProtocol
 
     def __init__(self, broker: Any, listener: Any, router: Any) -> None:
-        super().__init__()
+        super().__init__(reactor=broker.reactor)
+        # handshake, close and ping timers on the broker's reactor, not txaio's global one
+        self._batched_timer = ReactorTimer(broker.reactor)
         self.broker = broker
         self.listener = listener
         self.router = router

@@ -48,7 +48,6 @@ from msgbroker.plugins.stmp.client import (
     STMPClientProtocol,
     STMPConnectionClosed,
     STMPError,
-    _ReactorTimer,
     client_tls_options,
     connect,
 )
@@ -69,6 +68,7 @@ from msgbroker.plugins.stmp.codec import (
     encode_versions,
     parse_action,
 )
+from msgbroker.plugins.stmp.websocket import ReactorTimer
 from tests.ssmp.e2e_support import WAIT, Inbox, ReactorThread, reactor_thread
 
 JSON, MSGPACK, RAW = Encoding.JSON, Encoding.MSGPACK, Encoding.RAW
@@ -241,7 +241,7 @@ class FakeServer:
             reactor = self.thread.reactor
             if self.ws:
                 factory: Any = WebSocketServerFactory(reactor=reactor)
-                factory._batched_timer = _ReactorTimer(reactor)
+                factory._batched_timer = ReactorTimer(reactor)
                 factory.protocol = _FakeWS
             else:
                 factory = Factory.forProtocol(_FakeTCP)
