@@ -416,13 +416,26 @@ def twisted_client(server: FakeServer, **options: Any) -> Any:
     )
 
 
-def eventually(predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
-    """Wait until ``predicate()`` (about client state, read from the test's thread) holds."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, "not true in time"
-        time.sleep(0.01)
-    return value
+def when_handled(thread: Any, proto: Any, predicate: Callable[[], Any]) -> Any:
+    """Wait until ``predicate()`` (about the Twisted client's state) holds: checked in the
+    reactor thread right after the client handles each message, so nothing polls."""
+
+    def install() -> Any:
+        if predicate():
+            return True
+        done: defer.Deferred[bool] = defer.Deferred()
+        handle = proto._stmp_received
+
+        def observed(message: Any) -> None:
+            handle(message)
+            if not done.called and predicate():
+                proto._stmp_received = handle
+                done.callback(True)
+
+        proto._stmp_received = observed
+        return done
+
+    return thread.call(install)
 
 
 def blocking_client(server: FakeServer, **options: Any) -> BlockingSTMPClient:
@@ -854,7 +867,7 @@ def test_twisted_timeout_and_late_reply_on_a_real_connection(server):
     proto = twisted_client(server, identity="alice", timeout=0.2)
     response = server.thread.call(proto.request, DELAY, {"delay": 0.6})
     assert response.status == Status.REQUEST_TIMEOUT
-    eventually(lambda: proto.late_replies == 1)
+    when_handled(server.thread, proto, lambda: proto.late_replies == 1)
     assert server.thread.call(proto.request, ECHO, [1]).payload == b"[1]"  # still usable
 
 
@@ -916,7 +929,8 @@ def test_twisted_heartbeat_on_a_real_connection(thread):
     with FakeServer(thread, ping_every=0.1) as server:
         proto = twisted_client(server, identity="alice", heartbeat=0.1)
         server.wait(lambda: len(server.messages(Ping)) >= 2)  # the client pings
-        eventually(lambda: proto.pings_received >= 2)  # and hears the server's
+        # ... and hears the server's
+        when_handled(server.thread, proto, lambda: proto.pings_received >= 2)
 
 
 def test_twisted_gives_up_on_a_silent_server(thread):
@@ -1055,6 +1069,8 @@ def test_blocking_gives_up_on_a_silent_server(server):
 
 def test_blocking_poll_keeps_the_heartbeat_without_waiting(tcp_server):
     with blocking_client(tcp_server, identity="alice", heartbeat=0.05) as client:
+        # not waiting for an event: the behaviour under test is what poll() does once a
+        # heartbeat interval of real (monotonic) time has passed, with nothing received
         time.sleep(0.06)
         client.poll()
         tcp_server.wait(lambda: len(tcp_server.messages(Ping)) >= 1)
