@@ -10,7 +10,7 @@ counts the skip.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -78,8 +78,17 @@ class MessageRun:
     one go (a client pipelining publishes to a topic): one hub lookup, and one frame per
     recipient holding every message, instead of ``count`` of each.
 
-    ``build()`` makes the individual :class:`Message` objects, only when someone needs
-    them (a protocol without a run encoding, or a ``message_routed`` observer).
+    ``build_payloads()`` gives the messages' payloads, in order; it is called once, only
+    when someone needs them. The individual :class:`Message` objects are built from those
+    only when someone needs *them* (a protocol whose encoder has no run encoding, or a
+    ``message_routed`` observer).
+
+    An encoder may carry a *run encoding*: an attribute ``encode_run``, a callable taking
+    the run and returning ``(frame, carried)`` exactly as :meth:`encoded` documents it, but
+    computed without a :class:`Message` per payload (a template filled in per payload).
+
+    ``wire`` is what the sending protocol knows of the run as it arrived (for STMP: the
+    requests, already checked), for that protocol's own run encodings; others ignore it.
     """
 
     kind: Kind
@@ -87,26 +96,44 @@ class MessageRun:
     protocol: str
     topic: str
     count: int
-    build: Callable[[], list[Message]] = field(eq=False, repr=False)
+    build_payloads: Callable[[], Sequence[bytes]] = field(eq=False, repr=False)
+    wire: Any = field(default=None, eq=False, repr=False)
     _memo: dict[Any, Any] = field(factory=dict, eq=False, repr=False)
+
+    def payloads(self) -> Sequence[bytes]:
+        """The payloads, in order, built once."""
+        memo = self._memo
+        payloads = memo.get(Sequence)
+        if payloads is None:
+            payloads = memo[Sequence] = self.build_payloads()
+        return payloads
 
     def messages(self) -> list[Message]:
         """The individual messages, built once."""
         memo = self._memo
         messages = memo.get(MessageRun)
         if messages is None:
-            messages = memo[MessageRun] = self.build()
+            kind, sender, protocol, topic = self.kind, self.sender, self.protocol, self.topic
+            messages = memo[MessageRun] = [
+                Message(kind, sender, protocol, topic, p) for p in self.payloads()
+            ]
         return messages
 
     def encoded(self, encoder: Encoder) -> tuple[bytes, int]:
-        """``(frame, carried)``: every message ``encoder`` can carry, concatenated, and how
-        many that is (the rest are skipped for that protocol). Computed once per encoder."""
+        """``(frame, carried)``: every message ``encoder`` can carry, concatenated in order,
+        and how many that is (the rest are skipped for that protocol). Computed once per
+        encoder, by its run encoding when it has one."""
         memo = self._memo
         result = memo.get(encoder)
         if result is None:
-            frames = [m.encoded(encoder) for m in self.messages()]
-            carried = [f for f in frames if f is not None]
-            result = memo[encoder] = (b"".join(carried), len(carried))
+            encode_run = getattr(encoder, "encode_run", None)
+            if encode_run is not None:
+                result = encode_run(self)
+            else:
+                frames = [m.encoded(encoder) for m in self.messages()]
+                carried = [f for f in frames if f is not None]
+                result = (b"".join(carried), len(carried))
+            memo[encoder] = result
         return result
 
     def preencode(self, encoder: Encoder, frame: bytes) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from twisted.logger import Logger
@@ -168,7 +167,7 @@ class SSMPServerProtocol(BrokerProtocol):
             "ssmp",
             event.topic,
             event.count,
-            partial(_run_messages, identity, event),
+            event.payloads,
         )
         prefix = self._prefix
         # "000 <from> " before every request line: the run's SSMP encoding in one C call
@@ -275,12 +274,6 @@ class SSMPServerProtocol(BrokerProtocol):
             self.transport.abortConnection()  # type: ignore[union-attr]
             return
         super().close_connection(reason)
-
-
-def _run_messages(identity: str, event: codec.McastRun) -> list[Message]:
-    return [
-        Message(Kind.MCAST, identity, "ssmp", event.topic, payload) for payload in event.payloads()
-    ]
 
 
 _DISPATCH: dict[type, Any] = {

@@ -257,7 +257,7 @@ def run_of(sender: str, topic: str, payloads: list[bytes]) -> MessageRun:
         "a",
         topic,
         len(payloads),
-        lambda: [Message(Kind.MCAST, sender, "a", topic, p) for p in payloads],
+        lambda: payloads,
     )
 
 
@@ -295,3 +295,24 @@ def test_multicast_run_with_observer_routes_message_by_message():
     assert hub.multicast_run(s, run_of("s", "t", [b"1", b"2"])) == 2
     assert seen == [(b"1", {"a": 1}), (b"2", {"a": 1})]
     assert a.sent == [b"A:mcast:s:t:1", b"A:mcast:s:t:2"]
+
+
+def test_multicast_run_uses_an_encoders_run_encoding():
+    """An encoder with ``encode_run`` encodes the run in one call, never per message."""
+    hub = Hub()
+    calls = []
+
+    def encode_c(message):
+        raise AssertionError("the run encoding should have been used")
+
+    def encode_run(run):
+        calls.append(list(run.payloads()))
+        return b"C:" + b"+".join(run.payloads()), run.count
+
+    encode_c.encode_run = encode_run
+    s, c = peer(hub, "s"), peer(hub, "c", encode=encode_c, protocol="c")
+    hub.subscribe(c, "t")
+    assert hub.multicast_run(s, run_of("s", "t", [b"1", b"2", b"3"])) == 3
+    assert c.sent == [b"C:1+2+3"]
+    assert calls == [[b"1", b"2", b"3"]]
+    assert hub.stats.delivered == 3
