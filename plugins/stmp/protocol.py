@@ -21,7 +21,7 @@ from msgbroker.connection import BrokerProtocol
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.message import Kind, Message
 
-from . import codec, payloads
+from . import codec, payloads, runs
 from .codec import Encoding, Notify, Request, Response, Status
 from .payloads import decode_payload, encode_payload
 from .router import Reply, Router, RouteRequest, STMPStatusError
@@ -69,6 +69,9 @@ def delivery_encoder(framing: Framing, encoding: int) -> Callable[[Message], byt
             return serialize(Notify(payloads.DELIVERY, encoding, payload), None)
 
         encode.__qualname__ = f"stmp_{framing}_{Encoding(encoding).name.lower()}_delivery"
+        encode_run = runs.run_encoder(framing, encoding, encode)
+        if encode_run is not None:
+            encode.encode_run = encode_run  # type: ignore[attr-defined]
         encoder = _encoders[key] = encode
     return encoder
 
@@ -156,7 +159,9 @@ class STMPConnection:
 
     # -- input ---------------------------------------------------------------------------------
 
-    def received(self, message: codec.Message, framing: Framing | None = None) -> None:
+    def received(
+        self, message: codec.Message | codec.RequestRun, framing: Framing | None = None
+    ) -> None:
         """Handle one message from the client (``framing``: how to answer it)."""
         if self.closed:
             return
@@ -165,6 +170,8 @@ class STMPConnection:
         kind = type(message)
         if kind is Request:
             self._request(message, framing)  # type: ignore[arg-type]
+        elif kind is codec.RequestRun:
+            self._request_run(message)  # type: ignore[arg-type]
         elif kind is Notify:
             self._notify(message)  # type: ignore[arg-type]
         # Ping: activity only. Response: we send no requests, so there is nothing to match.
@@ -207,6 +214,17 @@ class STMPConnection:
             self._wait(request, result, route.timeout, framing)
         else:
             self._answer(request, result, framing)
+
+    def _request_run(self, run: codec.RequestRun) -> None:
+        """Pipelined requests of one action (binary TCP only): publishes take the fast
+        path when they may, anything else is handled request by request."""
+        if runs.takes(self, run):
+            runs.publish_run(self, run)
+            return
+        for start, end in run.spans():
+            self._request(run.request(start, end), None)
+            if self.closed:
+                return
 
     def _answer(self, request: Request, result: Any, framing: Framing | None) -> None:
         if self.closed:
@@ -384,7 +402,7 @@ class STMPServerProtocol(BrokerProtocol):
         if stmp is None or stmp.closed:
             return
         try:
-            for message in self._decoder.feed(data):
+            for message in self._decoder.feed_runs(data):
                 stmp.received(message)
                 if stmp.closed:
                     break
