@@ -98,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=60.0,
                    help="wait at most this long for that, then run anyway [60 s]; 0 = never")
     p.add_argument("--profile", action="store_true",
-                   help="py-spy record the broker during SSMP scenarios 1 and 2")
+                   help="py-spy record the broker during scenarios 1, 2, 6 and 7")
     p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s [250]")
     p.add_argument("--results", type=Path, default=HERE / "results",
                    help="where logs, JSON results and profiles go [bench/results]")
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
           f"RLIMIT_NOFILE {nofile}; "
           f"payload {params.payload_size} B; {params.topics} topic(s)"
           f"{'; QUICK' if args.quick else ''}"
-          f"{'; PROFILING ssmp 1-2 (those figures are perturbed)' if args.profile else ''}")
+          f"{'; PROFILING msgbroker in 1, 2, 6, 7 (perturbed figures)' if args.profile else ''}")
     if "mosquitto" in kinds:
         print(f"  mosquitto {procs.find_mosquitto(args.mosquitto)}, max_queued_messages "
               f"{args.mosquitto_queue_limit}")
@@ -316,7 +316,9 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
             print(f"  ({kind}: machine still busy after {waited:.0f} s: {load:.2f} cores; "
                   "running anyway)")
     around = None
-    if args.profile and kind == "ssmp" and name in ("mcast", "fanout"):
+    # the msgbroker runs of the throughput scenarios (not Mosquitto's, not stmp-cross's,
+    # which measures server CPU itself)
+    if args.profile and kind in ("ssmp", "stmp") and name in PROFILED:
         around = _profiling(args, stamp, tag, profiles)
     try:
         with start_server(kind, args, server_cpus, stamp, tag) as server:
@@ -335,6 +337,9 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
         r = {"error": f"{type(e).__name__}: {e}"}
         traceback.print_exc(limit=3)
     return r
+
+
+PROFILED = ("mcast", "fanout", "stmp-mcast", "stmp-fanout")
 
 
 def _profiling(args, stamp: str, tag: str, profiles: list[dict]):
