@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stalled-messages", type=int, help="scenario 4 count [20000]")
     p.add_argument("--round-trips", type=int, help="scenario 3 count [5000]")
     p.add_argument("--idle-connections", type=int, help="scenario 5 count [10000]")
-    p.add_argument("--stmp-mcast-messages", type=int, help="scenario 6 count [100000]")
+    p.add_argument("--stmp-mcast-messages", type=int, help="scenario 6 count [300000]")
     p.add_argument("--stmp-fanout-messages", type=int, help="scenario 7 count [10000]")
     p.add_argument("--cross-messages", type=int, help="scenario 8 count [20000]")
     p.add_argument("--cross-subscribers", type=int, help="scenario 8 STMP subscribers [10]")

@@ -53,8 +53,8 @@ class Params:
     verify_streams: int = 10
     #: topics the publisher cycles through (all subscribed by every subscriber)
     topics: int = 1
-    #: STMP scenarios (STMP is slower than SSMP: smaller counts)
-    stmp_mcast_messages: int = 100_000
+    #: STMP scenarios: 1->1 long enough to take a second at Mosquitto's rate and more
+    stmp_mcast_messages: int = 300_000
     stmp_fanout_messages: int = 10_000
     cross_messages: int = 20_000
     cross_subscribers: int = 10
@@ -66,7 +66,7 @@ class Params:
             latency_round_trips=500, latency_warmup=50, idle_connections=1_000,
             payload_size=self.payload_size, idle_timeout=self.idle_timeout,
             scenario_timeout=self.scenario_timeout, verify=self.verify, topics=self.topics,
-            stmp_mcast_messages=10_000, stmp_fanout_messages=1_000, cross_messages=2_000,
+            stmp_mcast_messages=30_000, stmp_fanout_messages=1_000, cross_messages=2_000,
             cross_subscribers=self.cross_subscribers,
         )
 
