@@ -140,6 +140,24 @@ class Hub:
             topic.watchers[peer] = None
         return snapshot
 
+    def watch(self, peer: Peer, topic_name: str) -> list[Message]:
+        """Turn presence on for ``peer``, already a member of ``topic_name`` (a protocol
+        whose second subscribe may ask for presence). Returns the snapshot as
+        :meth:`subscribe` does, ``[]`` when ``peer`` watched already.
+        :class:`NotSubscribed` when it is not a member."""
+        topic = peer.subscriptions.get(topic_name)
+        if topic is None:
+            raise NotSubscribed(topic_name)
+        if peer in topic.watchers:
+            return []
+        topic.members[peer] = True
+        topic.watchers[peer] = None
+        return [
+            Message(Kind.SUBSCRIBE, m.identity or ANONYMOUS, m.protocol, topic_name, presence=w)
+            for m, w in topic.members.items()
+            if m is not peer
+        ]
+
     def unsubscribe(self, peer: Peer, topic_name: str) -> None:
         """Remove ``peer`` from ``topic_name`` and tell the topic's presence watchers."""
         if peer.identity is None or peer.identity == ANONYMOUS:

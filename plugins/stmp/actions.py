@@ -12,6 +12,11 @@
 Refusals by ``msgbroker_authorize`` answer ``0x23 Forbidden``; anonymous (``.``) sessions
 may publish and unicast only, like SSMP's: subscribe, unsubscribe and broadcast are
 ``0x23 Forbidden`` for them.
+
+A login accepted under another identity than the one asked for (an auth hook may choose
+it) answers Ok with ``{"id": identity}``; a subscribe to a topic the session is already in
+is Ok, and with ``"presence": true`` turns presence on (and sends the snapshot) if it was
+off.
 """
 
 from __future__ import annotations
@@ -82,6 +87,8 @@ def login(request: RouteRequest) -> Any:
     if not isinstance(result, Accept):
         raise STMPStatusError(Status.UNAUTHORIZED, {"schemes": list(broker.enabled_schemes)})
     connection.logged_in(request.encoding, connection.current_framing)
+    if result.identity != fields["id"]:  # an auth hook chose another: tell the client
+        return {"id": result.identity}
     return None
 
 
@@ -90,10 +97,11 @@ def subscribe(request: RouteRequest) -> Any:
     topic, presence = fields["topic"], bool(fields.get("presence", False))
     _authorize(request, "subscribe", topic)
     session = request.session
+    hub = request.broker.hub
     try:
-        snapshot = request.broker.hub.subscribe(session, topic, presence)
-    except AlreadySubscribed:
-        return None
+        snapshot = hub.subscribe(session, topic, presence)
+    except AlreadySubscribed:  # Ok; asking for presence now turns it on
+        snapshot = hub.watch(session, topic) if presence else []
     except NotAllowed:  # anonymous: refused like SSMP's 405, with one status throughout
         raise STMPStatusError(Status.FORBIDDEN) from None
 

@@ -160,26 +160,32 @@ class STMPConnection:
     # -- input ---------------------------------------------------------------------------------
 
     def received(
-        self, message: codec.Message | codec.RequestRun, framing: Framing | None = None
+        self,
+        message: codec.Message | codec.RequestRun,
+        framing: Framing | None = None,
+        payload_frame: bool = False,
     ) -> None:
-        """Handle one message from the client (``framing``: how to answer it)."""
+        """Handle one message from the client (``framing``: how to answer it;
+        ``payload_frame``: a text-mode message whose payload came in its own binary frame)."""
         if self.closed:
             return
         self._last_rx = self.clock.seconds()
         self.current_framing = framing or self.framing
         kind = type(message)
         if kind is Request:
-            self._request(message, framing)  # type: ignore[arg-type]
+            self._request(message, framing, payload_frame)  # type: ignore[arg-type]
         elif kind is codec.RequestRun:
             self._request_run(message)  # type: ignore[arg-type]
         elif kind is Notify:
             self._notify(message)  # type: ignore[arg-type]
         # Ping: activity only. Response: we send no requests, so there is nothing to match.
 
-    def _request(self, request: Request, framing: Framing | None) -> None:
+    def _request(
+        self, request: Request, framing: Framing | None, payload_frame: bool = False
+    ) -> None:
         action = request.action
         if action == codec.ACTION_VERSION:
-            self._version_check(request, framing)
+            self._version_check(request, framing, payload_frame)
             return
         if action >> 8 == 0:  # the protocol's own range: nothing else is defined there
             self.respond(request, Status.NOT_FOUND, framing=framing)
@@ -310,12 +316,22 @@ class STMPConnection:
         if not failure.check(STMPStatusError, defer.CancelledError):
             log.failure("STMP notify handler for {action} failed", failure, action=action)
 
-    def _version_check(self, request: Request, framing: Framing | None) -> None:
+    def _version_check(
+        self, request: Request, framing: Framing | None, payload_frame: bool = False
+    ) -> None:
+        """In text mode the version list is hex digits (DECISIONS.md). In the binary frame
+        after a text header, a list that is not hex is taken as raw bytes, as any binary
+        payload of that frame would be (**our decision**: a client following the two-frame
+        rule for encoding raw is understood); the answer is then raw in a binary frame too.
+        Elsewhere (TCP, a WebSocket binary message) the list is raw bytes."""
         text = (framing or self.framing) == "text"
         try:
             offered = codec.decode_versions(request.payload, text=text)
         except RemoteProtocolError:
             offered = []
+            if text and payload_frame:
+                text = False
+                offered = codec.decode_versions(request.payload)
         chosen = max((v for v in offered if v in SUPPORTED_VERSIONS), default=None)
         if request.id != 0 or chosen is None:
             self.send(Response(request.id, Status.VERSION_NOT_SUPPORTED), framing)
@@ -332,7 +348,10 @@ class STMPConnection:
         """Deliveries from now on use ``encoding`` (JSON or msgpack) and ``framing``."""
         if encoding in (Encoding.JSON, Encoding.MSGPACK):
             self.encoding = Encoding(encoding)
-        self.session.encode = delivery_encoder(framing or self.framing, self.encoding)
+        # what the server sends unasked (deliveries, pings) follows the login's framing
+        self.framing = framing or self.framing
+        self._serialize = serializer(self.framing)
+        self.session.encode = delivery_encoder(self.framing, self.encoding)
         if self._login_timer.active():
             self._login_timer.cancel()
 

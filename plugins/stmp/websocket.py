@@ -87,8 +87,10 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
         if stmp is None or stmp.closed:
             return
         try:
+            paired = False
             if isBinary:
-                framing = "text" if self._decoder.waiting_for_payload else "frame"
+                paired = self._decoder.waiting_for_payload
+                framing = "text" if paired else "frame"
                 message: codec.Message | None = self._decoder.binary_frame(payload)
             else:
                 framing = "text"
@@ -100,7 +102,7 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
             log.debug("stmp-ws {host}: protocol error: {why}", host=self.session.host, why=e)
             stmp.close(f"protocol error: {e}")
             return
-        stmp.received(message, framing)
+        stmp.received(message, framing, payload_frame=paired)
         self.factory.broker.batcher.flush()
 
     def _close(self, reason: str) -> None:

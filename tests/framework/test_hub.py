@@ -316,3 +316,18 @@ def test_multicast_run_uses_an_encoders_run_encoding():
     assert c.sent == [b"C:1+2+3"]
     assert calls == [[b"1", b"2", b"3"]]
     assert hub.stats.delivered == 3
+
+
+def test_watch_turns_presence_on_for_a_member_and_returns_the_snapshot():
+    hub = Hub()
+    a, b, c = peer(hub, "a"), peer(hub, "b"), peer(hub, "c")
+    hub.subscribe(a, "t", presence=True)
+    hub.subscribe(b, "t")
+    snapshot = hub.watch(b, "t")
+    assert [(m.kind, m.sender, m.presence) for m in snapshot] == [(Kind.SUBSCRIBE, "a", True)]
+    assert hub.watch(b, "t") == []  # watching already
+    a.sent.clear()
+    hub.subscribe(c, "t")
+    assert b.sent == [b"A:subscribe:c:t:"] == a.sent
+    with pytest.raises(NotSubscribed):
+        hub.watch(c, "other")

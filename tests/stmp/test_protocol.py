@@ -6,6 +6,7 @@ import pytest
 from twisted.internet import defer
 
 from msgbroker import BrokerConfig, ConfigError, hookimpl
+from msgbroker.auth import Accept
 from msgbroker.plugins.stmp import codec
 from msgbroker.plugins.stmp.codec import Encoding, Notify, Request, Response, Status
 from msgbroker.plugins.stmp.payloads import decode_payload, encode_payload
@@ -370,3 +371,41 @@ def test_bad_notifies_from_a_client_are_dropped_quietly(broker):
     finally:
         globalLogPublisher.removeObserver(observer)
     assert errors == []
+
+
+def test_subscribing_again_with_presence_turns_presence_on(broker):
+    a, b = login(broker, "a"), login(broker, "b")
+    a.send(req(2, "0.0.1.2", {"topic": "t"}))
+    b.send(req(2, "0.0.1.2", {"topic": "t"}))
+    a.received(), b.received()
+    b.send(req(3, "0.0.1.2", {"topic": "t", "presence": True}))
+    ok, snapshot = messages(b)  # Ok, then the current members but itself
+    assert ok == Response(3, Status.OK)
+    assert decoded(snapshot) == {"from": "a", "kind": "subscribe", "topic": "t"}
+    b.send(req(4, "0.0.1.2", {"topic": "t", "presence": True}))
+    assert messages(b) == [Response(4, Status.OK)]  # on already: no second snapshot
+    c = login(broker, "c")
+    c.send(req(2, "0.0.1.2", {"topic": "t"}))
+    (joined,) = messages(b)
+    assert decoded(joined) == {"from": "c", "kind": "subscribe", "topic": "t"}
+    assert messages(a) == []  # a never asked for presence
+
+
+class RenamingAuth:
+    """Accepts any ``open`` login under the identity in upper case."""
+
+    @hookimpl
+    def msgbroker_authenticate(self, request):
+        return Accept(request.identity.upper())
+
+
+def test_a_login_accepted_under_another_identity_tells_the_client():
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=[RenamingAuth()])
+    conn = connect(broker, "stmp")
+    conn.send(req(1, "0.0.1.1", {"id": "alice", "scheme": "open"}))
+    (reply,) = messages(conn)
+    assert (reply.id, reply.status, decoded(reply)) == (1, Status.OK, {"id": "ALICE"})
+    assert conn.session.identity == "ALICE"
+    same = connect(broker, "stmp")
+    same.send(req(1, "0.0.1.1", {"id": "BOB", "scheme": "open"}))
+    assert messages(same) == [Response(1, Status.OK)]  # the identity asked for: no payload
