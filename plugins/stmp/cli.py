@@ -44,9 +44,9 @@ from msgbroker.plugins.ssmp.cli import (
     render_payload,
 )
 
-from .blocking import DEFAULT_PORT, DEFAULT_WS_PORT, HEARTBEAT, decoded, status_name
 from .client import BlockingSTMPClient, Delivery, STMPConnectionClosed, STMPError
 from .codec import Encoding, Status, parse_action
+from .common import DEFAULT_PORT, DEFAULT_WS_PORT, HEARTBEAT, decoded, status_name
 
 NAME = "stmp"
 HELP = "STMP 0.1 client: subscribe, publish, call an action (TCP or WebSocket)"

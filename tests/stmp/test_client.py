@@ -36,12 +36,7 @@ from twisted.python.failure import Failure
 
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.stmp import payloads
-from msgbroker.plugins.stmp.blocking import (
-    RequestIds,
-    WebSocketReader,
-    ws_frame,
-    ws_mask,
-)
+from msgbroker.plugins.stmp.blocking_ws import WebSocketReader, ws_frame, ws_mask
 from msgbroker.plugins.stmp.client import (
     BlockingSTMPClient,
     Delivery,
@@ -68,6 +63,7 @@ from msgbroker.plugins.stmp.codec import (
     encode_versions,
     parse_action,
 )
+from msgbroker.plugins.stmp.common import RequestIds
 from msgbroker.plugins.stmp.websocket import ReactorTimer
 from tests.ssmp.e2e_support import WAIT, Inbox, ReactorThread, reactor_thread
 
