@@ -33,6 +33,7 @@ from .common import (
     accepted_version,
     decoded,
     delivery_of,
+    logged_in_as,
     login_fields,
     request_message,
     result_of,
@@ -224,8 +225,8 @@ class BlockingSTMPClient:
     def login(
         self, identity: str, scheme: str = "open", credential: bytes | str | None = None
     ) -> None:
-        self.call(payloads.LOGIN, login_fields(identity, scheme, credential))
-        self.identity = identity
+        result = self.call(payloads.LOGIN, login_fields(identity, scheme, credential))
+        self.identity = logged_in_as(identity, result)
 
     def subscribe(self, topic: str, presence: bool = False) -> None:
         fields: dict[str, Any] = {"topic": topic}

@@ -26,6 +26,7 @@ from .common import (
     STMPError,
     accepted_version,
     delivery_of,
+    logged_in_as,
     login_fields,
     request_message,
     result_of,
@@ -145,7 +146,7 @@ class STMPClientBase:
         d = self.call(payloads.LOGIN, login_fields(identity, scheme, credential))
 
         def logged_in(result: Any) -> None:
-            self.identity = identity
+            self.identity = logged_in_as(identity, result)
 
         return d.addCallback(logged_in)
 

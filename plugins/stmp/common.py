@@ -223,6 +223,14 @@ def login_fields(identity: str, scheme: str, credential: bytes | str | None) -> 
     return fields
 
 
+def logged_in_as(asked: str, result: Any) -> str:
+    """The identity a login's Ok reply gives: ``{"id": ...}`` when the broker accepted the
+    login under another one than ``asked`` (an auth plugin chose it), else ``asked``."""
+    if isinstance(result, dict) and isinstance(result.get("id"), str) and result["id"]:
+        return str(result["id"])
+    return asked
+
+
 def structured(encoding: int) -> int:
     if encoding not in payloads.STRUCTURED:
         raise ValueError(f"the broker actions need JSON or msgpack, not encoding {encoding}")

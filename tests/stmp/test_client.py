@@ -1242,3 +1242,25 @@ def test_twisted_connection_dropped_before_the_version_reply(thread, tcp_server)
     tcp_server.behaviour[0] = lambda server, conn, request: conn.drop()
     with pytest.raises(STMPConnectionClosed):
         twisted_client(tcp_server, identity="alice")
+
+
+def test_a_login_answered_with_another_identity_takes_that_identity():
+    wire = Wire()
+    wire.ready()
+    login = wire.proto.login("alice", "open")
+    wire.feed(Response(1, Status.OK, JSON, b'{"id":"ALICE"}'))
+    assert result(login) is None
+    assert wire.proto.identity == "ALICE"
+
+
+def renaming_login(server: FakeServer, conn: FakeConnection, request: Request) -> None:
+    fields = payloads.decode_payload(request.payload, request.encoding)
+    conn.identity = fields["id"].upper()
+    server.reply(conn, request, Status.OK, {"id": conn.identity})
+
+
+def test_blocking_login_answered_with_another_identity_takes_that_identity(thread):
+    with FakeServer(thread) as server:
+        server.behaviour[payloads.LOGIN] = renaming_login
+        with blocking_client(server, identity="alice") as client:
+            assert client.identity == "ALICE"

@@ -127,7 +127,7 @@ DATA = st.one_of(
 @pytest.mark.parametrize("encoding", [JSON, MSGPACK])
 @given(sender=TEXT, topic=TEXT.filter(bool), datas=st.lists(DATA, min_size=1, max_size=6))
 @example(sender="p", topic="t", datas=[b"plain", b"", b"text"])  # JSON: all in one go
-@example(sender="p", topic="t", datas=[b"plain", b"q\"uote", b"\xff"])  # JSON: one by one
+@example(sender="p", topic="t", datas=[b"plain", b'q"uote', b"\xff"])  # JSON: one by one
 def test_run_encoding_equals_message_by_message(encoding, sender, topic, datas):
     encode = delivery_encoder("binary", encoding)
     run = MessageRun(Kind.MCAST, sender, "x", topic, len(datas), lambda: datas)
