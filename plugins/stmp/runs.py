@@ -30,12 +30,18 @@ from .codec import Encoding, RequestRun
 
 #: text a JSON string carries as it is: printable ASCII but for '"' and '\'
 _PLAIN = rb"[\x20\x21\x23-\x5b\x5d-\x7e]"
-#: a publish payload as compact JSON of such text (what clients send)
-_CANONICAL_PUBLISH = re.compile(rb'\{"topic":"(' + _PLAIN + rb'+)","data":"(' + _PLAIN + rb'*)"\}')
+#: a publish payload ``{"topic":T,"data":D}`` of such text, compact or with JSON whitespace
+#: (Python's json.dumps writes ``{"topic": "t", "data": "x"}``)
+_CANONICAL_PUBLISH = re.compile(
+    rb'\s*\{\s*"topic"\s*:\s*"(%b+)"\s*,\s*"data"\s*:\s*"(%b*)"\s*\}\s*'.replace(
+        rb"\s", rb"[ \t\n\r]"
+    )
+    % (_PLAIN, _PLAIN)
+)
 _PLAIN_DATA = re.compile(_PLAIN + rb"*")
 #: a binary publish request, JSON, with PS (the payload follows)
 _PUBLISH_HEAD = rb"\x50..\x00\x00\x01\x04...."
-#: a whole run of such requests to one topic (each payload as _CANONICAL_PUBLISH)
+#: a whole run of such requests to one topic, every payload compact: {"topic":T,"data":D}
 _CANONICAL_RUN = re.compile(
     _PUBLISH_HEAD + rb'\{"topic":"(' + _PLAIN + rb'+)","data":"' + _PLAIN + rb'*"\}'
     rb"(?:" + _PUBLISH_HEAD + rb'\{"topic":"\1","data":"' + _PLAIN + rb'*"\})*',

@@ -221,6 +221,7 @@ PUBLISH_PAYLOADS = st.one_of(
     # JSON that needs escapes, or is not compact, or carries base64
     st.builds(lambda t, d: ("json", {"topic": t, "data": d}), st.sampled_from("ab"), TEXT),
     st.builds(lambda t, d: ("spaced", {"topic": t, "data": d}), st.sampled_from("ab"), TEXT),
+    st.builds(lambda t, d: ("indented", {"topic": t, "data": d}), st.sampled_from("ab"), TEXT),
     st.builds(
         lambda t, d: ("json", {"topic": t, **payloads.data_fields(d, JSON)}),
         st.sampled_from("ab"),
@@ -247,6 +248,8 @@ def encode_publish(ident: int, item) -> bytes:
         return raw_request(ident, value)
     if how == "spaced":
         return raw_request(ident, json.dumps(value).encode())
+    if how == "indented":
+        return raw_request(ident, b"\r\n " + json.dumps(value, indent=2).encode() + b"\n")
     encoding = MSGPACK if how == "msgpack" else JSON
     return raw_request(ident, payloads.encode_payload(value, encoding), encoding)
 
