@@ -1,10 +1,13 @@
-"""``msgbroker stmp ...`` against the fake STMP server of ``test_client`` (the broker's STMP
-listeners are not there yet): ``pub`` and ``call`` in-process through ``main()``, ``sub`` and
-``pub -`` as a person runs them, in a subprocess (``sub`` stopped with Ctrl-C).
+"""``msgbroker stmp ...`` against the fake STMP server of ``test_client`` and the real broker:
+``pub`` and ``call`` in-process through ``main()``, ``sub`` and ``pub -`` as a person runs
+them, in a subprocess (``sub`` stopped with Ctrl-C).
 
-Tests marked ``# real broker:`` should also run against ``twistd -n msgbroker --listen
-stmp=... --listen stmp-ws=...`` once it serves STMP (as ``tests/ssmp/test_cli.py`` does for
-SSMP); the others need the fake's misbehaviour (no reply, refused version, chosen status).
+Tests marked ``# real broker:`` take the ``target`` fixture: they run against the fake and
+against ``twistd -n msgbroker --listen stmp=... --listen stmp-ws=...`` in a subprocess (as
+``tests/ssmp/test_cli.py`` does for SSMP), over TCP and WebSocket; what only the fake can
+show (the requests it recorded) is checked on the fake alone, what a client sees on both.
+The others need the fake's misbehaviour (no reply, refused version, chosen status) or its
+test actions.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -22,13 +26,21 @@ from typing import Any
 
 import msgpack
 import pytest
+from attrs import frozen
 
 from msgbroker.cli import build_parser, main
 from msgbroker.plugins.stmp import payloads
 from msgbroker.plugins.stmp.cli import _port, render_delivery, render_value
-from msgbroker.plugins.stmp.client import Delivery
+from msgbroker.plugins.stmp.client import BlockingSTMPClient, Delivery
 from msgbroker.plugins.stmp.codec import Encoding, Request
-from tests.ssmp.e2e_support import LineReader, reactor_thread, stop_process
+from tests.ssmp.e2e_support import (
+    WAIT,
+    LineReader,
+    parse_address,
+    reactor_thread,
+    stop_process,
+    twistd_command,
+)
 from tests.stmp.test_client import ECHO, SILENT, FakeServer
 
 MSGBROKER = str(Path(sys.executable).with_name("msgbroker"))
@@ -45,7 +57,79 @@ def server(request, thread) -> Iterator[FakeServer]:
         yield running
 
 
-def where(server: FakeServer) -> list[str]:
+# -- the real broker, for the marked tests --------------------------------------------------------
+
+
+@frozen
+class BrokerTarget:
+    """One STMP listener of the twistd broker, shaped like :class:`FakeServer` for
+    :func:`where` and the marked tests."""
+
+    host: str
+    port: int
+    ws: bool
+
+
+Target = FakeServer | BrokerTarget
+
+
+@pytest.fixture(scope="module")
+def twistd(tmp_path_factory) -> Iterator[dict[str, tuple[str, int]]]:
+    """``twistd -n msgbroker`` with an ``stmp`` and an ``stmp-ws`` listener on free loopback
+    ports and open login; {protocol: (host, port)}, read from its log."""
+    options = (
+        "--listen", "stmp=tcp:0:interface=127.0.0.1",
+        "--listen", "stmp-ws=tcp:0:interface=127.0.0.1",
+        "--auth", "open",
+    )  # fmt: skip
+    process = subprocess.Popen(
+        twistd_command(*options),
+        cwd=tmp_path_factory.mktemp("twistd"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    log = LineReader(process.stdout)
+    try:
+        listening: dict[str, tuple[str, int]] = {}
+        while len(listening) < 2:  # the two lines come in either order
+            line = log.wait_for(r"\b(stmp|stmp-ws) listening on (tcp:\S+)")
+            listening[line[1]] = parse_address(line[2])
+        yield listening
+    finally:
+        stop_process(process, signal.SIGTERM)
+
+
+@pytest.fixture(params=["fake-tcp", "fake-ws", "broker-tcp", "broker-ws"])
+def target(request, thread) -> Iterator[Target]:
+    """The fake server or the real broker, over TCP or WebSocket."""
+    kind, transport = request.param.split("-")
+    ws = transport == "ws"
+    if kind == "fake":
+        with FakeServer(thread, ws=ws) as running:
+            yield running
+    else:
+        host, port = request.getfixturevalue("twistd")["stmp-ws" if ws else "stmp"]
+        yield BrokerTarget(host, port, ws)
+
+
+def watcher(target: Target, identity: str, *topics: str) -> BlockingSTMPClient:
+    """A client of ``target`` subscribed to ``topics``: it sees what a command sends."""
+    client = BlockingSTMPClient(target.host, target.port, identity, ws=target.ws)
+    for topic in topics:
+        client.subscribe(topic)
+    return client
+
+
+def nothing_more(client: BlockingSTMPClient) -> bool:
+    """True if no delivery is left for ``client``: a request's reply comes after anything
+    the server sent before it, so what the command sent has arrived by then."""
+    assert client.request("9.9.9.9").status == 0x24  # no such action: a round trip, no effect
+    return client.next_delivery(0) is None
+
+
+def where(server: Target) -> list[str]:
     return ["--port", str(server.port), *(["--ws"] if server.ws else [])]
 
 
@@ -67,12 +151,18 @@ def published(server: FakeServer) -> list[tuple[int, object]]:
 
 
 # real broker: pub is one publish, silent on success
-def test_pub_publishes_and_prints_nothing(capsys, server):
-    status, out, err = run(capsys, "stmp", "pub", "news", "hello | world", *where(server))
-    assert (status, out, err) == (0, "", "")
-    assert published(server) == [(Encoding.JSON, {"topic": "news", "data": "hello | world"})]
-    [login] = server.requests(payloads.LOGIN)
-    assert re.fullmatch(r'\{"id":"cli-\d+-[0-9a-f]{4}","scheme":"open"\}', login.payload.decode())
+def test_pub_publishes_and_prints_nothing(capsys, target):
+    with watcher(target, "reader", "news") as reader:
+        status, out, err = run(capsys, "stmp", "pub", "news", "hello | world", *where(target))
+        assert (status, out, err) == (0, "", "")
+        delivery = reader.next_delivery(WAIT)
+        assert (delivery.kind, delivery.topic, delivery.data) == ("mcast", "news", b"hello | world")
+        assert re.fullmatch(r"cli-\d+-[0-9a-f]{4}", delivery.sender)  # the generated id
+        assert nothing_more(reader)  # one publish
+    if isinstance(target, FakeServer):  # what went over the wire
+        assert published(target) == [(Encoding.JSON, {"topic": "news", "data": "hello | world"})]
+        _, login = target.requests(payloads.LOGIN)  # the reader's, then the command's
+        assert login.payload.decode() == f'{{"id":"{delivery.sender}","scheme":"open"}}'
 
 
 def test_pub_bytes_that_are_not_utf8_go_as_data_b64(capsys, server):
@@ -96,13 +186,17 @@ def test_pub_dash_reads_lines_from_stdin(capsys, monkeypatch, server):
 
 
 # real broker: a pipe into pub -
-def test_pub_dash_from_a_pipe_in_a_subprocess(server):
-    done = subprocess.run(
-        [MSGBROKER, "stmp", "pub", "t", "-", *where(server)],
-        input=b"a\nb\n\nc\n", capture_output=True, timeout=30, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert [fields["data"] for _, fields in published(server)] == ["a", "b", "c"]
+def test_pub_dash_from_a_pipe_in_a_subprocess(target):
+    with watcher(target, "reader", "piped") as reader:
+        done = subprocess.run(
+            [MSGBROKER, "stmp", "pub", "piped", "-", *where(target)],
+            input=b"a\nb\n\nc\n", capture_output=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert [reader.next_delivery(WAIT).data for _ in range(3)] == [b"a", b"b", b"c"]
+        assert nothing_more(reader)  # three publishes, no more
+    if isinstance(target, FakeServer):
+        assert [fields["data"] for _, fields in published(target)] == ["a", "b", "c"]
 
 
 # -- call ---------------------------------------------------------------------------------------
@@ -134,8 +228,8 @@ def test_call_with_msgpack_and_raw(capsys, server):
 
 
 # real broker: an action nobody routes is 0x24
-def test_call_not_found_exits_3(capsys, server):
-    status, out, err = run(capsys, "stmp", "call", "9.9.9.9", "{}", *where(server))
+def test_call_not_found_exits_3(capsys, target):
+    status, out, err = run(capsys, "stmp", "call", "9.9.9.9", "{}", *where(target))
     assert (status, out, err) == (3, "0x24 NotFound\n", "")
 
 
@@ -168,7 +262,7 @@ def test_call_with_a_bad_action_is_a_usage_error(capsys):
 
 
 @contextlib.contextmanager
-def running_sub(server: FakeServer, *args: str) -> Iterator[tuple[subprocess.Popen[str], Any]]:
+def running_sub(server: Target, *args: str) -> Iterator[tuple[subprocess.Popen[str], Any]]:
     """``msgbroker stmp sub ARGS``; yields once it is subscribed (its stderr says so)."""
     process = subprocess.Popen(
         [MSGBROKER, "stmp", "sub", *args, *where(server)],
@@ -186,17 +280,23 @@ def running_sub(server: FakeServer, *args: str) -> Iterator[tuple[subprocess.Pop
 
 
 # real broker: sub prints publishes, unicasts and broadcasts, and exits 0 on Ctrl-C
-def test_sub_prints_deliveries_and_exits_0_on_ctrl_c(capsys, server):
-    with running_sub(server, "news", "--id", "alice") as (process, out, err):
-        run(capsys, "stmp", "pub", "news", "hello | world", "--id", "bob", *where(server))
+def test_sub_prints_deliveries_and_exits_0_on_ctrl_c(capsys, target):
+    with running_sub(target, "news", "--id", "alice") as (process, out, err):
+        run(capsys, "stmp", "pub", "news", "hello | world", "--id", "bob", *where(target))
         assert out.wait_for("hello").string == "bob news hello | world\n"
-        run(capsys, "stmp", "pub", "news", "caf\udce9", "--id", "bob", *where(server))
+        run(capsys, "stmp", "pub", "news", "caf\udce9", "--id", "bob", *where(target))
         assert out.wait_for("caf").string == "bob news caf\\xe9\n"
         run(capsys, "stmp", "call", "0.0.1.5", '{"to": "alice", "data": "psst"}', "--id", "carol",
-            *where(server))  # fmt: skip
+            *where(target))  # fmt: skip
         assert out.wait_for("psst").string == "carol @alice psst\n"
-        run(capsys, "stmp", "call", "0.0.1.6", '{"data": "all"}', "--id", "dave", *where(server))
+        # a broadcast reaches the peers sharing a topic with the sender (DECISIONS.md): a
+        # one-shot call shares none, so its Ok reaches nobody; dave, in "news", reaches alice
+        assert run(capsys, "stmp", "call", "0.0.1.6", '{"data": "lost"}', "--id", "eve",
+                   *where(target)) == (0, "0x00 Ok\n", "")  # fmt: skip
+        with watcher(target, "dave", "news") as dave:
+            dave.broadcast(b"all")
         assert out.wait_for("all").string == "dave * all\n"
+        assert not any("lost" in line for line in out.lines)  # eve's would have come first
         status = stop_process(process, signal.SIGINT)
         stderr = "".join(err.lines) + err.rest()
     assert status == 0

@@ -4,12 +4,15 @@ Timers (request timeouts, heartbeat) and misbehaving servers are driven with a `
 a ``StringTransport``. Everything that needs real sockets runs against :class:`FakeServer`,
 a small STMP server built here on the codec (not the broker): it answers the version check
 (or refuses it), logs in anybody, routes publish/unicast/broadcast between its own
-connections like the broker's built-in actions, and has test actions that echo, reply late,
+connections like the broker's built-in actions (a broadcast reaches the peers sharing a
+topic with the sender, as DECISIONS.md says), and has test actions that echo, reply late,
 never reply, notify back or answer a chosen status.
 
-Tests marked ``# real broker:`` exercise behaviour the broker implements too; once the
-broker's STMP listeners (``stmp``, ``stmp-ws``) exist they should run against
-``running_broker(("stmp=...", "stmp-ws=..."))`` as well. The rest (timeouts, late replies,
+Tests marked ``# real broker:`` exercise behaviour the broker implements too: they take the
+``target`` (or ``tls_target``) fixture and run against the fake and against a real broker
+(``running_broker`` with ``stmp`` and ``stmp-ws`` listeners, plain and TLS, in the shared
+reactor thread), over TCP and WebSocket; what only the fake can show (its record of
+requests, its test actions) is checked on the fake alone. The rest (timeouts, late replies,
 refused versions, silent servers, wire details) need a server that misbehaves on purpose
 and stay on the fake.
 """
@@ -25,6 +28,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from attrs import frozen
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from twisted.internet import defer
 from twisted.internet.error import ConnectionDone
@@ -65,7 +69,15 @@ from msgbroker.plugins.stmp.codec import (
 )
 from msgbroker.plugins.stmp.common import RequestIds
 from msgbroker.plugins.stmp.websocket import ReactorTimer
-from tests.ssmp.e2e_support import WAIT, Inbox, ReactorThread, reactor_thread
+from tests.ssmp.e2e_support import (
+    WAIT,
+    Inbox,
+    ReactorThread,
+    RunningBroker,
+    parse_address,
+    reactor_thread,
+    running_broker,
+)
 
 JSON, MSGPACK, RAW = Encoding.JSON, Encoding.MSGPACK, Encoding.RAW
 ECHO = parse_action("1.0.0.1")  # reply Ok with the request's encoding and payload
@@ -355,8 +367,8 @@ class FakeServer:
     def broadcast(self, conn: FakeConnection, request: Request) -> None:
         fields = payloads.decode_payload(request.payload, request.encoding)
         data = payloads.data_from(fields, request.encoding)
-        for other in self.connections:
-            if other is not conn and not other.closed:
+        for other in self.connections:  # like SSMP: the peers sharing a topic, once each
+            if other is not conn and not other.closed and other.topics & conn.topics:
                 other.deliver(str(conn.identity), "bcast", None, data)
         self.reply(conn, request)
 
@@ -403,7 +415,79 @@ def ws_server(thread) -> Iterator[FakeServer]:
         yield running
 
 
-def twisted_client(server: FakeServer, **options: Any) -> Any:
+# -- the real broker, for the marked tests --------------------------------------------------------
+
+#: the broker's STMP listeners; ``listening[i]`` is where the i-th one is bound
+BROKER_LISTENERS = (
+    "stmp=tcp:0:interface=127.0.0.1",
+    "stmp-ws=tcp:0:interface=127.0.0.1",
+    "stmp=tls:0:interface=127.0.0.1",
+    "stmp-ws=tls:0:interface=127.0.0.1",
+)
+
+
+@frozen
+class BrokerTarget:
+    """One STMP listener of a real broker, with the attributes of :class:`FakeServer` that
+    the helpers and the marked tests use."""
+
+    thread: ReactorThread
+    host: str
+    port: int
+    ws: bool
+
+
+Target = FakeServer | BrokerTarget
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    from tests.certs import make_pki
+
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def broker(pki) -> Iterator[RunningBroker]:
+    """A broker of its own per test (identities and subscriptions do not carry over)."""
+    with running_broker(
+        BROKER_LISTENERS,
+        auth=("open",),
+        tls_cert=str(pki.server.cert),
+        tls_key=str(pki.server.key),
+    ) as running:
+        yield running
+
+
+def broker_target(running: RunningBroker, listener: int) -> BrokerTarget:
+    """The ``listener``-th of :data:`BROKER_LISTENERS` as a test target."""
+    host, port = parse_address(running.service.broker.listening[listener][1])
+    return BrokerTarget(running.thread, host, port, ws="stmp-ws=" in BROKER_LISTENERS[listener])
+
+
+@pytest.fixture(params=["fake-tcp", "fake-ws", "broker-tcp", "broker-ws"])
+def target(request, thread) -> Iterator[Target]:
+    """The fake server or the real broker, over TCP or WebSocket."""
+    kind, transport = request.param.split("-")
+    if kind == "fake":
+        with FakeServer(thread, ws=transport == "ws") as running:
+            yield running
+    else:
+        yield broker_target(request.getfixturevalue("broker"), 0 if transport == "tcp" else 1)
+
+
+@pytest.fixture(params=["fake-tls", "fake-wss", "broker-tls", "broker-wss"])
+def tls_target(request, thread, tls_context) -> Iterator[Target]:
+    """The fake server or the real broker, over TLS or WebSocket over TLS (wss)."""
+    kind, transport = request.param.split("-")
+    if kind == "fake":
+        with FakeServer(thread, ws=transport == "wss", tls=tls_context) as running:
+            yield running
+    else:
+        yield broker_target(request.getfixturevalue("broker"), 2 if transport == "tls" else 3)
+
+
+def twisted_client(server: Target, **options: Any) -> Any:
     """Connect from the reactor thread (WebSocket if the server is one); the ready protocol."""
     thread = server.thread
     # (not thread.call(connect, ..., **options): thread.call has a timeout argument too)
@@ -434,7 +518,7 @@ def when_handled(thread: Any, proto: Any, predicate: Callable[[], Any]) -> Any:
     return thread.call(install)
 
 
-def blocking_client(server: FakeServer, **options: Any) -> BlockingSTMPClient:
+def blocking_client(server: Target, **options: Any) -> BlockingSTMPClient:
     return BlockingSTMPClient(server.host, server.port, ws=server.ws, **options)
 
 
@@ -823,40 +907,44 @@ def test_close_fails_pending_requests_and_stops_the_timers():
 
 
 # real broker: login, subscribe, publish and the delivery, over TCP and WebSocket
-def test_twisted_publish_reaches_a_subscriber(server):
+def test_twisted_publish_reaches_a_subscriber(target):
     inbox = Inbox()
-    bob = twisted_client(server, identity="bob", on_delivery=inbox)
-    alice = twisted_client(server, identity="alice")
+    bob = twisted_client(target, identity="bob", on_delivery=inbox)
+    alice = twisted_client(target, identity="alice")
     assert (bob.identity, bob.stmp_version) == ("bob", (0, 1))
-    assert server.thread.call(bob.subscribe, "news") is None
-    assert server.thread.call(alice.publish, "news", b"hello | world") is None
-    assert server.thread.call(inbox.get) == Delivery("alice", "mcast", "news", b"hello | world")
-    server.thread.call(alice.close)
-    server.thread.call(bob.close)
+    assert target.thread.call(bob.subscribe, "news") is None
+    assert target.thread.call(alice.publish, "news", b"hello | world") is None
+    assert target.thread.call(inbox.get) == Delivery("alice", "mcast", "news", b"hello | world")
+    target.thread.call(alice.close)
+    target.thread.call(bob.close)
 
 
 # real broker: binary data both ways, JSON (data_b64) and msgpack (bytes)
 @pytest.mark.parametrize("encoding", [JSON, MSGPACK])
-def test_twisted_binary_data_round_trips(server, encoding):
+def test_twisted_binary_data_round_trips(target, encoding):
     inbox = Inbox()
-    bob = twisted_client(server, identity="bob", on_delivery=inbox, encoding=encoding)
-    alice = twisted_client(server, identity="alice", encoding=encoding)
+    bob = twisted_client(target, identity="bob", on_delivery=inbox, encoding=encoding)
+    alice = twisted_client(target, identity="alice", encoding=encoding)
     data = bytes(range(256)) * 4 + b"|\x00|"
-    server.thread.call(bob.subscribe, "bin")
-    server.thread.call(alice.publish, "bin", data)
-    assert server.thread.call(inbox.get).data == data
-    server.thread.call(alice.unicast, "bob", b"\xff")
-    assert server.thread.call(inbox.get) == Delivery("alice", "ucast", None, b"\xff")
-    server.thread.call(alice.broadcast, b"\x00")
-    assert server.thread.call(inbox.get) == Delivery("alice", "bcast", None, b"\x00")
+    target.thread.call(bob.subscribe, "bin")
+    target.thread.call(alice.subscribe, "bin")  # a broadcast reaches peers sharing a topic
+    target.thread.call(alice.publish, "bin", data)
+    assert target.thread.call(inbox.get).data == data
+    target.thread.call(alice.unicast, "bob", b"\xff")
+    assert target.thread.call(inbox.get) == Delivery("alice", "ucast", None, b"\xff")
+    target.thread.call(alice.broadcast, b"\x00")
+    assert target.thread.call(inbox.get) == Delivery("alice", "bcast", None, b"\x00")
+    target.thread.call(alice.close)
+    target.thread.call(bob.close)
 
 
 # real broker: unicast to nobody is 0x24
-def test_twisted_unicast_to_nobody_fails_with_not_found(server):
-    alice = twisted_client(server, identity="alice")
+def test_twisted_unicast_to_nobody_fails_with_not_found(target):
+    alice = twisted_client(target, identity="alice")
     with pytest.raises(STMPError) as info:
-        server.thread.call(alice.unicast, "nobody", b"x")
+        target.thread.call(alice.unicast, "nobody", b"x")
     assert info.value.status == Status.NOT_FOUND
+    target.thread.call(alice.close)
 
 
 def test_twisted_timeout_and_late_reply_on_a_real_connection(server):
@@ -936,13 +1024,6 @@ def test_twisted_gives_up_on_a_silent_server(thread):
         assert "nothing from the server" in str(reason)
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    from tests.certs import make_pki
-
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
 @pytest.fixture
 def tls_context(pki):
     from msgbroker.tls import server_context_factory
@@ -951,14 +1032,27 @@ def tls_context(pki):
 
 
 # real broker: tls and wss listeners
-@pytest.mark.parametrize("ws", [False, True], ids=["tls", "wss"])
-def test_twisted_over_tls(thread, pki, tls_context, ws):
-    with FakeServer(thread, ws=ws, tls=tls_context) as server:
-        tls = client_tls_options("127.0.0.1", ca=str(pki.ca.cert_path))
-        proto = thread.call(
-            connect, thread.reactor, "127.0.0.1", server.port, ws=ws, tls=tls, identity="al"
+def test_twisted_over_tls(pki, tls_target):
+    thread, port, ws = tls_target.thread, tls_target.port, tls_target.ws
+    tls = client_tls_options("127.0.0.1", ca=str(pki.ca.cert_path))
+
+    def connect_as(identity: str, **options: Any) -> Any:
+        return thread.call(
+            lambda: connect(
+                thread.reactor, "127.0.0.1", port, ws=ws, tls=tls, identity=identity, **options
+            )
         )
-        assert thread.call(proto.request, ECHO, "over tls").payload == b'"over tls"'
+
+    inbox = Inbox()
+    bob = connect_as("bob", on_delivery=inbox)
+    alice = connect_as("alice")
+    thread.call(bob.subscribe, "secure")
+    thread.call(alice.publish, "secure", b"over tls")
+    assert thread.call(inbox.get) == Delivery("alice", "mcast", "secure", b"over tls")
+    if isinstance(tls_target, FakeServer):  # the echo action is the fake's
+        assert thread.call(alice.request, ECHO, "over tls").payload == b'"over tls"'
+    thread.call(alice.close)
+    thread.call(bob.close)
 
 
 # -- blocking ------------------------------------------------------------------------------------
@@ -966,11 +1060,13 @@ def test_twisted_over_tls(thread, pki, tls_context, ws):
 
 # real broker: the blocking client's broker actions and deliveries
 @pytest.mark.parametrize("encoding", [JSON, MSGPACK])
-def test_blocking_publish_unicast_broadcast(server, encoding):
-    with blocking_client(server, identity="bob", encoding=encoding) as bob, \
-            blocking_client(server, identity="alice", encoding=encoding) as alice:  # fmt: skip
+def test_blocking_publish_unicast_broadcast(target, encoding):
+    with blocking_client(target, identity="bob", encoding=encoding) as bob, \
+            blocking_client(target, identity="alice", encoding=encoding) as alice:  # fmt: skip
         assert bob.stmp_version == (0, 1) and bob.identity == "bob"
         bob.subscribe("news")
+        alice.broadcast(b"no shared topic yet")  # Ok, and reaches nobody (else bob's first)
+        alice.subscribe("news")
         alice.publish("news", b"a | b")
         alice.publish("news", b"\xff\x00")
         alice.unicast("bob", b"u")
