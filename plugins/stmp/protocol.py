@@ -11,6 +11,7 @@ hub encodes once per group of recipients that share them.
 from __future__ import annotations
 
 import inspect
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,8 @@ from .payloads import decode_payload, encode_payload
 from .router import Reply, Router, RouteRequest, STMPStatusError
 
 log = Logger(namespace="msgbroker.stmp")
+#: a response's fields after its header (binary): ID u16, STATUS u8
+_ID_STATUS = struct.Struct(">HB")
 
 LOGIN_ACTIONS = frozenset({codec.ACTION_VERSION, payloads.LOGIN})
 SUPPORTED_VERSIONS = [codec.VERSION]
@@ -63,8 +66,13 @@ def delivery_encoder(framing: Framing, encoding: int) -> Callable[[Message], byt
     encoder = _encoders.get(key)
     if encoder is None:
         serialize = serializer(framing)
+        template = runs.mcast_template(framing, encoding)
 
         def encode(message: Message) -> bytes | None:
+            if template is not None and message.kind is Kind.MCAST:
+                frame = template(message)
+                if frame is not None:
+                    return frame
             payload = encode_payload(_delivery(message, encoding), encoding)
             return serialize(Notify(payloads.DELIVERY, encoding, payload), None)
 
@@ -143,7 +151,10 @@ class STMPConnection:
 
     def respond(self, request: Request, status: int, payload: Any = None, framing=None) -> None:
         if payload is None:
-            self.send(Response(request.id, status), framing)
+            if (framing or self.framing) == "binary":  # the common answer, made directly
+                self.session.reply(b"\xc0" + _ID_STATUS.pack(request.id, status))
+            else:
+                self.send(Response(request.id, status), framing)
             return
         encoding = request.encoding if request.encoding != Encoding.NONE else Encoding.JSON
         try:

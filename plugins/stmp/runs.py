@@ -200,6 +200,33 @@ def run_encoder(
     return encode_run
 
 
+def mcast_template(framing: str, encoding: int) -> Callable[[Message], bytes | None] | None:
+    """For the binary JSON delivery encoder: one MCAST's delivery from a template, when its
+    data needs no escaping (else None: the caller encodes it the general way). The
+    templates of the last (sender, topic) pairs are kept."""
+    if framing != "binary" or encoding != Encoding.JSON:
+        return None
+    head, pack, plain = _DELIVERY_HEAD[Encoding.JSON], _U32.pack, _PLAIN_DATA.fullmatch
+    templates: dict[tuple[str, str | None], tuple[bytes, int]] = {}
+
+    def fill(message: Message) -> bytes | None:
+        data = message.payload
+        if not plain(data):
+            return None
+        key = (message.sender, message.topic)
+        known = templates.get(key)
+        if known is None:
+            if len(templates) >= 1024:
+                templates.clear()
+            fields = payloads.delivery_fields(key[0], "mcast", key[1], b"", Encoding.JSON)
+            template = payloads.encode_payload(fields, Encoding.JSON)
+            known = templates[key] = (template[: -len(b'"}')], len(template))
+        prefix, size = known
+        return b"".join((head, pack(size + len(data)), prefix, data, b'"}'))
+
+    return fill
+
+
 def _one_by_one(run: MessageRun, encode: Callable[[Message], bytes | None]) -> tuple[bytes, int]:
     frames = [m.encoded(encode) for m in run.messages()]
     carried = [f for f in frames if f is not None]

@@ -340,3 +340,15 @@ def test_msgpack_runs_take_the_fast_path_too():
     assert responses(pub) == [Response(i, Status.OK) for i in (1, 2, 3)]
     frames = list(codec.BinaryDecoder().feed(sub.received()))
     assert [msgpack.unpackb(m.payload)["data"] for m in frames] == [b"m1", b"m2", b"m3"]
+
+
+@given(sender=TEXT, topic=TEXT.filter(bool), data=DATA)
+def test_the_binary_json_delivery_encoder_writes_the_general_form(sender, topic, data):
+    """The encoder fills a template for data that needs no escaping; the bytes must be what
+    the general form (delivery_fields, JSON, notify 0.0.1.16) gives, for any data."""
+    encode = delivery_encoder("binary", JSON)
+    fields = payloads.delivery_fields(sender, "mcast", topic, data, JSON)
+    general = codec.encode_binary(
+        Notify(payloads.DELIVERY, JSON, payloads.encode_payload(fields, JSON))
+    )
+    assert encode(Message(Kind.MCAST, sender, "x", topic, data)) == general
