@@ -12,7 +12,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from msgbroker.errors import RemoteProtocolError
@@ -102,7 +102,8 @@ class BlockingSTMPClient:
 
     The heartbeat runs whenever the client reads: it pings every ``heartbeat`` seconds and
     gives up after two intervals without a byte from the server. A program that does not
-    read for longer than that should call :meth:`poll` now and then.
+    read for longer than that should call :meth:`poll` now and then. ``clock`` is where
+    the time comes from (``time.monotonic``).
     """
 
     def __init__(
@@ -122,7 +123,10 @@ class BlockingSTMPClient:
         timeout: float = REQUEST_TIMEOUT,
         heartbeat: float | None = HEARTBEAT,
         max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        #: what the heartbeat and the timeouts read the time from (tests pass a fake)
+        self._now = clock
         self.encoding = structured(encoding)
         self.timeout = timeout
         self.heartbeat = heartbeat
@@ -140,7 +144,7 @@ class BlockingSTMPClient:
         self._late = LateReplies()
         self._waiting: int | None = None
         self._reply: Response | None = None
-        deadline = time.monotonic() + timeout
+        deadline = self._now() + timeout
         sock = socket.create_connection((host, port), timeout=timeout)
         try:
             if ssl_context is not None:
@@ -156,7 +160,7 @@ class BlockingSTMPClient:
             sock.close()
             raise
         self._sock = sock
-        now = time.monotonic()
+        now = self._now()
         self._last_heard = self._last_ping = now
         try:
             early = self._wire.pending_bytes() if isinstance(self._wire, _WebSocketWire) else b""
@@ -212,11 +216,11 @@ class BlockingSTMPClient:
         ident = self._ids.take(self._late)
         self._send(Request(ident, message.action, message.encoding, message.payload))
         self._waiting, self._reply = ident, None
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        deadline = self._now() + (self.timeout if timeout is None else timeout)
         try:
             while self._reply is None:
                 if not self._receive(deadline):
-                    self._late.add(ident, time.monotonic())
+                    self._late.add(ident, self._now())
                     return timed_out(ident), True
             return self._reply, False
         finally:
@@ -254,7 +258,7 @@ class BlockingSTMPClient:
     def ping(self) -> None:
         """Send a heartbeat ping now (the server does not answer it)."""
         self._send(codec.PING)
-        self._last_ping = time.monotonic()
+        self._last_ping = self._now()
 
     def close(self) -> None:
         """Close the connection (over WebSocket with the closing handshake, waiting up to 2 s
@@ -264,7 +268,7 @@ class BlockingSTMPClient:
         try:
             if isinstance(self._wire, _WebSocketWire):
                 self._wire.goodbye()
-                deadline = time.monotonic() + min(self.timeout, 2.0)
+                deadline = self._now() + min(self.timeout, 2.0)
                 while not self._wire.closed_by_server and self._receive(deadline):
                     pass
         except (OSError, STMPConnectionClosed, RemoteProtocolError):
@@ -294,11 +298,11 @@ class BlockingSTMPClient:
     def poll(self) -> None:
         """Handle whatever already arrived and send the heartbeat if due, without waiting.
         Raises :class:`STMPConnectionClosed` if the connection ended."""
-        while self._receive(time.monotonic(), poll=True):
+        while self._receive(self._now(), poll=True):
             pass
 
     def _next(self, queue: deque[Any], timeout: float | None) -> Any:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self._now() + timeout
         while not queue:
             if not self._receive(deadline):
                 return None
@@ -310,7 +314,7 @@ class BlockingSTMPClient:
         message, inline = version_request(self._wire.text)
         self._send(message, inline)
         self._waiting, self._reply = 0, None
-        deadline = time.monotonic() + self.timeout
+        deadline = self._now() + self.timeout
         try:
             while self._reply is None:
                 if not self._receive(deadline):
@@ -336,7 +340,7 @@ class BlockingSTMPClient:
         while True:
             if self.closed:
                 raise STMPConnectionClosed("the connection is closed")
-            now = time.monotonic()
+            now = self._now()
             wake = self._beat(now)
             if deadline is not None and now >= deadline and not poll:
                 return False
@@ -361,7 +365,7 @@ class BlockingSTMPClient:
             return True
 
     def _handle_bytes(self, data: bytes) -> None:
-        self._last_heard = time.monotonic()
+        self._last_heard = self._now()
         try:
             for message in self._wire.feed(data):
                 self._handle(message)

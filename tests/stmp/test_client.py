@@ -1160,10 +1160,14 @@ def test_blocking_gives_up_on_a_silent_server(server):
 
 
 def test_blocking_poll_keeps_the_heartbeat_without_waiting(tcp_server):
-    with blocking_client(tcp_server, identity="alice", heartbeat=0.05) as client:
-        # not waiting for an event: the behaviour under test is what poll() does once a
-        # heartbeat interval of real (monotonic) time has passed, with nothing received
-        time.sleep(0.06)
+    now = [1000.0]
+    with blocking_client(
+        tcp_server, identity="alice", heartbeat=30, clock=lambda: now[0]
+    ) as client:
+        client.poll()
+        client.subscribe("after-the-first-poll")  # anything sent before it has arrived
+        assert tcp_server.messages(Ping) == []  # no interval had passed
+        now[0] += 30.5  # one heartbeat interval, with nothing received
         client.poll()
         tcp_server.wait(lambda: len(tcp_server.messages(Ping)) >= 1)
 
