@@ -234,8 +234,8 @@ def _one_by_one(run: MessageRun, encode: Callable[[Message], bytes | None]) -> t
 
 
 def _json_fill(run: MessageRun, encode: Callable[[Message], bytes | None]) -> tuple[bytes, int]:
-    """``{"from":S,"kind":"mcast","topic":T,"data":"`` + data + ``"}`` for data that JSON
-    carries as it is; the general encoder for the rest (escapes, non-ASCII, base64)."""
+    """``{"from":S,"kind":"mcast","topic":T,"data":"`` + data + ``"}`` when JSON carries all
+    the data as it is; message by message otherwise (escapes, non-ASCII, base64)."""
     wire = run.wire
     if type(wire) is CanonicalPublishes:
         return _json_from_bodies(run.sender, wire.bodies), run.count
@@ -248,18 +248,7 @@ def _json_fill(run: MessageRun, encode: Callable[[Message], bytes | None]) -> tu
         sizes = map(_U32.pack, map(add, repeat(size), map(len, datas)))
         parts = zip(repeat(head), sizes, repeat(prefix), datas, repeat(b'"}'))
         return b"".join(chain.from_iterable(parts)), run.count
-    frames: list[bytes] = []
-    skipped = 0
-    for data in datas:
-        if _PLAIN_DATA.fullmatch(data):
-            frames += (head, _U32.pack(size + len(data)), prefix, data, b'"}')
-        else:
-            frame = encode(Message(Kind.MCAST, run.sender, run.protocol, run.topic, data))
-            if frame is None:
-                skipped += 1
-            else:
-                frames.append(frame)
-    return b"".join(frames), run.count - skipped
+    return _one_by_one(run, encode)  # the encoder itself templates the plain ones
 
 
 def _json_from_bodies(sender: str, bodies: list[bytes]) -> bytes:
@@ -278,11 +267,7 @@ def _msgpack_fill(run: MessageRun, encode: Callable[[Message], bytes | None]) ->
     template = payloads.encode_payload(fields, Encoding.MSGPACK)
     empty = msgpack.packb(b"", use_bin_type=True)
     prefix = template[: -len(empty)]
-    packed = list(map(_packer().pack, run.payloads()))
+    packed = list(map(msgpack.Packer(use_bin_type=True).pack, run.payloads()))
     sizes = map(_U32.pack, map(add, repeat(len(prefix)), map(len, packed)))
     parts = zip(repeat(_DELIVERY_HEAD[Encoding.MSGPACK]), sizes, repeat(prefix), packed)
     return b"".join(chain.from_iterable(parts)), run.count
-
-
-def _packer() -> Any:
-    return msgpack.Packer(use_bin_type=True)
