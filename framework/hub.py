@@ -119,14 +119,7 @@ class Hub:
         topic = self.topics.get(topic_name)
         if topic is None:
             topic = self.topics[topic_name] = Topic(topic_name)
-        snapshot = (
-            [
-                Message(Kind.SUBSCRIBE, m.identity or ANONYMOUS, m.protocol, topic_name, presence=w)
-                for m, w in topic.members.items()
-            ]
-            if presence
-            else []
-        )
+        snapshot = _snapshot(topic, None) if presence else []
         topic.members[peer] = presence
         group = topic.by_encoder.get(peer.encode)
         if group is None:
@@ -152,11 +145,7 @@ class Hub:
             return []
         topic.members[peer] = True
         topic.watchers[peer] = None
-        return [
-            Message(Kind.SUBSCRIBE, m.identity or ANONYMOUS, m.protocol, topic_name, presence=w)
-            for m, w in topic.members.items()
-            if m is not peer
-        ]
+        return _snapshot(topic, peer)
 
     def unsubscribe(self, peer: Peer, topic_name: str) -> None:
         """Remove ``peer`` from ``topic_name`` and tell the topic's presence watchers."""
@@ -333,3 +322,13 @@ class Hub:
     def subscribers(self, topic_name: str) -> list[Any]:
         topic = self.topics.get(topic_name)
         return list(topic.members) if topic else []
+
+
+def _snapshot(topic: Topic, leave_out: Peer | None) -> list[Message]:
+    """One SUBSCRIBE presence event per member of ``topic`` (but ``leave_out``), in
+    subscription order, each saying whether that member watches presence itself."""
+    return [
+        Message(Kind.SUBSCRIBE, m.identity or ANONYMOUS, m.protocol, topic.name, presence=w)
+        for m, w in topic.members.items()
+        if m is not leave_out
+    ]
