@@ -41,7 +41,7 @@ from tests.ssmp.e2e_support import (
     stop_process,
     twistd_command,
 )
-from tests.stmp.test_client import ECHO, SILENT, FakeServer
+from tests.stmp.client_support import ECHO, SILENT, FakeServer
 
 MSGBROKER = str(Path(sys.executable).with_name("msgbroker"))
 

@@ -1,0 +1,533 @@
+"""Shared infrastructure of the STMP client tests (``test_client_*.py``, and ``test_cli.py``
+uses the fake server).
+
+Timers (request timeouts, heartbeat) and misbehaving servers are driven with a ``Clock`` and
+a ``StringTransport`` (:class:`Wire`). Everything that needs real sockets runs against
+:class:`FakeServer`, a small STMP server built here on the codec (not the broker): it answers
+the version check (or refuses it), logs in anybody, routes publish/unicast/broadcast between
+its own connections like the broker's built-in actions (a broadcast reaches the peers sharing
+a topic with the sender, as DECISIONS.md says), and has test actions that echo, reply late,
+never reply, notify back or answer a chosen status.
+
+Tests marked ``# real broker:`` exercise behaviour the broker implements too: they take the
+``target`` (or ``tls_target``) fixture and run against the fake and against a real broker
+(``running_broker`` with ``stmp`` and ``stmp-ws`` listeners, plain and TLS, in the shared
+reactor thread), over TCP and WebSocket; what only the fake can show (its record of
+requests, its test actions) is checked on the fake alone. The rest (timeouts, late replies,
+refused versions, silent servers, wire details) need a server that misbehaves on purpose
+and stay on the fake. The fixtures themselves live in the test modules and ``conftest.py``;
+the helpers they are built on (:func:`fake_or_broker`, :func:`stmp_broker`) are here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from attrs import frozen
+from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
+from twisted.internet import defer
+from twisted.internet.error import ConnectionDone
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import Clock, LoopingCall
+from twisted.internet.testing import StringTransport
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python.failure import Failure
+
+from msgbroker.errors import RemoteProtocolError
+from msgbroker.plugins.stmp import payloads
+from msgbroker.plugins.stmp.client import BlockingSTMPClient, STMPClientProtocol, connect
+from msgbroker.plugins.stmp.codec import (
+    PING,
+    BinaryDecoder,
+    Encoding,
+    Message,
+    Notify,
+    Request,
+    Response,
+    Status,
+    TextDecoder,
+    decode_versions,
+    encode_binary,
+    encode_text,
+    encode_versions,
+    parse_action,
+)
+from msgbroker.plugins.stmp.websocket import ReactorTimer
+from tests.ssmp.e2e_support import (
+    WAIT,
+    ReactorThread,
+    RunningBroker,
+    parse_address,
+    running_broker,
+)
+
+JSON, MSGPACK, RAW = Encoding.JSON, Encoding.MSGPACK, Encoding.RAW
+ECHO = parse_action("1.0.0.1")  # reply Ok with the request's encoding and payload
+DELAY = parse_action("1.0.0.2")  # {"delay": s}: reply Ok {"late": true} after s seconds
+SILENT = parse_action("1.0.0.3")  # never reply
+NOTIFY_BACK = parse_action("1.0.0.4")  # notify 1.0.0.4 with the payload, then reply Ok
+STATUS = parse_action("1.0.0.5")  # {"status": n}: reply n with {"why": "asked"}
+
+
+# -- a fake STMP server ------------------------------------------------------------------------
+
+
+class FakeConnection:
+    """One client connection of :class:`FakeServer` (lives in the reactor thread)."""
+
+    def __init__(self, server: FakeServer, write: Callable[..., None], drop: Callable[[], None],
+                 text: bool) -> None:  # fmt: skip
+        self.server = server
+        self.index = len(server.connections)
+        self.write = write
+        self.drop = drop
+        self.text = text
+        self.binary_frames = False
+        self.identity: str | None = None
+        self.encoding = JSON
+        self.topics: set[str] = set()
+        self.closed = False
+        self.pinger: LoopingCall | None = None
+
+    def send(self, message: Message, inline: bool | None = None) -> None:
+        if not self.closed:
+            self.write(message, inline)
+
+    def received(self, message: Message) -> None:
+        self.server.record(self, message)
+        if type(message) is Request:
+            handler = self.server.behaviour.get(message.action, FakeServer.not_found)
+            handler(self.server, self, message)
+
+    def deliver(self, sender: str, kind: str, topic: str | None, data: bytes | None) -> None:
+        fields = payloads.delivery_fields(sender, kind, topic, data, self.encoding)
+        payload = payloads.encode_payload(fields, self.encoding)
+        self.send(Notify(payloads.DELIVERY, self.encoding, payload))
+
+    def lost(self) -> None:
+        self.closed = True
+        if self.pinger is not None and self.pinger.running:
+            self.pinger.stop()
+        self.server.record(self, None)
+
+
+class _FakeTCP(Protocol):
+    def connectionMade(self) -> None:
+        self.decoder = BinaryDecoder()
+        self.conn = self.factory.server.connect(self._write, self._drop, text=False)
+
+    def _write(self, message: Message, inline: bool | None) -> None:
+        self.transport.write(encode_binary(message))
+
+    def _drop(self) -> None:
+        self.transport.loseConnection()
+
+    def dataReceived(self, data: bytes) -> None:
+        self.factory.server.raw.append(data)
+        try:
+            for message in self.decoder.feed(data):
+                self.conn.received(message)
+        except RemoteProtocolError:
+            self.transport.abortConnection()
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.conn.lost()
+
+
+class _FakeWS(WebSocketServerProtocol):
+    def onOpen(self) -> None:
+        self.decoder = TextDecoder()
+        self.conn = self.factory.server.connect(self._write, self._drop, text=True)
+
+    def _write(self, message: Message, inline: bool | None) -> None:
+        if self.conn.binary_frames:
+            self.sendMessage(encode_binary(message, with_ps=False), isBinary=True)
+            return
+        text, followup = encode_text(message, inline)
+        self.sendMessage(text.encode(), isBinary=False)
+        if followup is not None:
+            self.sendMessage(followup, isBinary=True)
+
+    def _drop(self) -> None:
+        self.sendClose(1000)
+
+    def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        self.factory.server.frames.append((isBinary, payload))
+        try:
+            if isBinary:
+                if not self.decoder.waiting_for_payload:
+                    self.conn.binary_frames = True
+                message = self.decoder.binary_frame(payload)
+            else:
+                message = self.decoder.text_frame(payload.decode())
+        except RemoteProtocolError:
+            self.dropConnection(abort=True)
+            return
+        if message is not None:
+            self.conn.received(message)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        super().connectionLost(reason)
+        conn = getattr(self, "conn", None)
+        if conn is not None:
+            conn.lost()
+
+
+class FakeServer:
+    """A fake STMP server on a loopback port in the shared reactor thread: TCP (binary) or
+    WebSocket (``ws``: text frames, or binary frames when the client sends those), plain or
+    TLS (``tls``: a server context). ``versions`` are the versions it accepts; the reply to
+    the version check goes inline in text mode unless ``version_inline=False`` (then as the
+    two-frame form, like the broker). ``ping_every`` makes it send heartbeats. ``secret``
+    makes login check the credential. Tests may replace entries of ``behaviour``."""
+
+    def __init__(
+        self,
+        thread: ReactorThread,
+        *,
+        ws: bool = False,
+        tls: Any = None,
+        versions: tuple[tuple[int, int], ...] = ((0, 1),),
+        version_inline: bool = True,
+        ping_every: float | None = None,
+        secret: str | None = None,
+    ) -> None:
+        self.thread = thread
+        self.ws = ws
+        self.tls = tls
+        self.versions = versions
+        self.version_inline = version_inline
+        self.ping_every = ping_every
+        self.secret = secret
+        self.connections: list[FakeConnection] = []
+        #: (connection index, message or None when the connection ended), in order
+        self.log: list[tuple[int, Message | None]] = []
+        #: what TCP clients sent, as received; WebSocket frames (is_binary, payload)
+        self.raw: list[bytes] = []
+        self.frames: list[tuple[bool, bytes]] = []
+        self.behaviour: dict[int, Callable[[FakeServer, FakeConnection, Request], None]] = {
+            0: FakeServer.version_check,
+            payloads.LOGIN: FakeServer.login,
+            payloads.SUBSCRIBE: FakeServer.subscribe,
+            payloads.UNSUBSCRIBE: FakeServer.unsubscribe,
+            payloads.PUBLISH: FakeServer.publish,
+            payloads.UNICAST: FakeServer.unicast,
+            payloads.BROADCAST: FakeServer.broadcast,
+            ECHO: FakeServer.echo,
+            DELAY: FakeServer.delay,
+            SILENT: lambda server, conn, request: None,
+            NOTIFY_BACK: FakeServer.notify_back,
+            STATUS: FakeServer.status,
+        }
+        self._changed = threading.Condition()
+        self._port: Any = None
+        self.host = "127.0.0.1"
+        self.port = 0
+
+    # -- running ------------------------------------------------------------------------------
+
+    def __enter__(self) -> FakeServer:
+        def listen() -> Any:
+            reactor = self.thread.reactor
+            if self.ws:
+                factory: Any = WebSocketServerFactory(reactor=reactor)
+                factory._batched_timer = ReactorTimer(reactor)
+                factory.protocol = _FakeWS
+            else:
+                factory = Factory.forProtocol(_FakeTCP)
+            factory.server = self
+            if self.tls is not None:  # TLS flushes on our reactor, not the global one
+                factory = TLSMemoryBIOFactory(self.tls, False, factory, clock=reactor)
+            return reactor.listenTCP(0, factory, interface="127.0.0.1")
+
+        self._port = self.thread.call(listen)
+        self.port = self._port.getHost().port
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        def stop() -> Any:
+            for conn in self.connections:
+                if not conn.closed:
+                    conn.drop()
+            return self._port.stopListening()
+
+        self.thread.call(stop)
+
+    def connect(self, write: Callable[..., None], drop: Callable[[], None], text: bool) -> Any:
+        conn = FakeConnection(self, write, drop, text)
+        self.connections.append(conn)
+        if self.ping_every:
+            conn.pinger = LoopingCall(conn.send, PING)
+            conn.pinger.clock = self.thread.reactor
+            conn.pinger.start(self.ping_every, now=False)
+        return conn
+
+    def record(self, conn: FakeConnection, message: Message | None) -> None:
+        with self._changed:
+            self.log.append((conn.index, message))
+            self._changed.notify_all()
+
+    def wait(self, predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
+        """Wait (in the test's thread) until ``predicate()`` is true; its value."""
+        with self._changed:
+            result = self._changed.wait_for(predicate, timeout)
+        assert result, "the fake server did not see what was expected in time"
+        return result
+
+    def messages(self, kind: type | None = None, conn: int | None = None) -> list[Any]:
+        return [
+            m
+            for i, m in list(self.log)
+            if m is not None and (kind is None or type(m) is kind) and conn in (None, i)
+        ]
+
+    def requests(self, action: int) -> list[Request]:
+        return [m for m in self.messages(Request) if m.action == action]
+
+    def ended(self, conn: int = 0) -> bool:
+        return (conn, None) in self.log
+
+    # -- behaviour ----------------------------------------------------------------------------
+
+    @staticmethod
+    def reply(conn: FakeConnection, request: Request, status: int = Status.OK,
+              value: Any = None) -> None:  # fmt: skip
+        if value is None:
+            conn.send(Response(request.id, status))
+            return
+        encoding = request.encoding if request.encoding in (JSON, MSGPACK) else JSON
+        conn.send(Response(request.id, status, encoding, payloads.encode_payload(value, encoding)))
+
+    def version_check(self, conn: FakeConnection, request: Request) -> None:
+        text = conn.text and not conn.binary_frames
+        offered = decode_versions(request.payload, text=text)
+        chosen = next((v for v in offered if v in self.versions), None)
+        if chosen is None:
+            conn.send(Response(0, Status.VERSION_NOT_SUPPORTED))
+            conn.drop()
+            return
+        payload = encode_versions([chosen], text=text)
+        conn.send(Response(0, Status.OK, RAW, payload), inline=self.version_inline or None)
+
+    def login(self, conn: FakeConnection, request: Request) -> None:
+        fields = payloads.decode_payload(request.payload, request.encoding)
+        if self.secret is not None and fields.get("credential") != self.secret:
+            self.reply(conn, request, Status.UNAUTHORIZED, {"schemes": ["secret"]})
+            return
+        conn.identity, conn.encoding = fields["id"], request.encoding
+        self.reply(conn, request)
+
+    def subscribe(self, conn: FakeConnection, request: Request) -> None:
+        fields = payloads.decode_payload(request.payload, request.encoding)
+        conn.topics.add(fields["topic"])
+        self.reply(conn, request)
+
+    def unsubscribe(self, conn: FakeConnection, request: Request) -> None:
+        fields = payloads.decode_payload(request.payload, request.encoding)
+        if fields["topic"] not in conn.topics:
+            self.reply(conn, request, Status.NOT_FOUND)
+            return
+        conn.topics.discard(fields["topic"])
+        self.reply(conn, request)
+
+    def publish(self, conn: FakeConnection, request: Request) -> None:
+        fields = payloads.decode_payload(request.payload, request.encoding)
+        data = payloads.data_from(fields, request.encoding)
+        for other in self.connections:
+            if other is not conn and fields["topic"] in other.topics:
+                other.deliver(str(conn.identity), "mcast", fields["topic"], data)
+        self.reply(conn, request)
+
+    def unicast(self, conn: FakeConnection, request: Request) -> None:
+        fields = payloads.decode_payload(request.payload, request.encoding)
+        data = payloads.data_from(fields, request.encoding)
+        targets = [c for c in self.connections if c.identity == fields["to"] and not c.closed]
+        for target in targets:
+            target.deliver(str(conn.identity), "ucast", None, data)
+        self.reply(conn, request, Status.OK if targets else Status.NOT_FOUND)
+
+    def broadcast(self, conn: FakeConnection, request: Request) -> None:
+        fields = payloads.decode_payload(request.payload, request.encoding)
+        data = payloads.data_from(fields, request.encoding)
+        for other in self.connections:  # like SSMP: the peers sharing a topic, once each
+            if other is not conn and not other.closed and other.topics & conn.topics:
+                other.deliver(str(conn.identity), "bcast", None, data)
+        self.reply(conn, request)
+
+    def echo(self, conn: FakeConnection, request: Request) -> None:
+        conn.send(Response(request.id, Status.OK, request.encoding, request.payload))
+
+    def delay(self, conn: FakeConnection, request: Request) -> None:
+        seconds = payloads.decode_payload(request.payload, request.encoding)["delay"]
+        self.thread.reactor.callLater(seconds, self.reply, conn, request, Status.OK, {"late": True})
+
+    def notify_back(self, conn: FakeConnection, request: Request) -> None:
+        conn.send(Notify(NOTIFY_BACK, request.encoding, request.payload))
+        self.reply(conn, request)
+
+    def status(self, conn: FakeConnection, request: Request) -> None:
+        fields = payloads.decode_payload(request.payload, request.encoding)
+        self.reply(conn, request, fields["status"], {"why": "asked"})
+
+    @staticmethod
+    def not_found(server: FakeServer, conn: FakeConnection, request: Request) -> None:
+        FakeServer.reply(conn, request, Status.NOT_FOUND)
+
+
+def renaming_login(server: FakeServer, conn: FakeConnection, request: Request) -> None:
+    """A login behaviour that takes (and answers with) the identity in upper case."""
+    fields = payloads.decode_payload(request.payload, request.encoding)
+    conn.identity = fields["id"].upper()
+    server.reply(conn, request, Status.OK, {"id": conn.identity})
+
+
+# -- the real broker, for the marked tests --------------------------------------------------------
+
+#: the broker's STMP listeners; ``listening[i]`` is where the i-th one is bound
+BROKER_LISTENERS = (
+    "stmp=tcp:0:interface=127.0.0.1",
+    "stmp-ws=tcp:0:interface=127.0.0.1",
+    "stmp=tls:0:interface=127.0.0.1",
+    "stmp-ws=tls:0:interface=127.0.0.1",
+)
+#: the transport of each of :data:`BROKER_LISTENERS`, as the target fixtures' params name it
+BROKER_TRANSPORTS = ("tcp", "ws", "tls", "wss")
+
+
+@frozen
+class BrokerTarget:
+    """One STMP listener of a real broker, with the attributes of :class:`FakeServer` that
+    the helpers and the marked tests use."""
+
+    thread: ReactorThread
+    host: str
+    port: int
+    ws: bool
+
+
+Target = FakeServer | BrokerTarget
+
+
+def server_tls_context(pki: Any) -> Any:
+    """The server side of TLS with the test PKI's server certificate."""
+    from msgbroker.tls import server_context_factory
+
+    return server_context_factory(str(pki.server.cert), str(pki.server.key), None)
+
+
+@contextmanager
+def stmp_broker(pki: Any) -> Iterator[RunningBroker]:
+    """A broker with :data:`BROKER_LISTENERS`, open login and the test PKI's certificate."""
+    with running_broker(
+        BROKER_LISTENERS,
+        auth=("open",),
+        tls_cert=str(pki.server.cert),
+        tls_key=str(pki.server.key),
+    ) as running:
+        yield running
+
+
+def broker_target(running: RunningBroker, listener: int) -> BrokerTarget:
+    """The ``listener``-th of :data:`BROKER_LISTENERS` as a test target."""
+    host, port = parse_address(running.service.broker.listening[listener][1])
+    return BrokerTarget(running.thread, host, port, ws="stmp-ws=" in BROKER_LISTENERS[listener])
+
+
+@contextmanager
+def fake_or_broker(
+    request: pytest.FixtureRequest, thread: ReactorThread, tls: Any = None
+) -> Iterator[Target]:
+    """The target a ``target``/``tls_target`` fixture's param names ("fake-ws", "broker-tls"):
+    a :class:`FakeServer` (with the server context ``tls`` for "tls"/"wss"), or that listener
+    of the test's ``broker`` fixture, which is only requested then."""
+    kind, transport = request.param.split("-")
+    if kind == "fake":
+        with FakeServer(thread, ws=transport in ("ws", "wss"), tls=tls) as running:
+            yield running
+    else:
+        broker = request.getfixturevalue("broker")
+        yield broker_target(broker, BROKER_TRANSPORTS.index(transport))
+
+
+def twisted_client(server: Target, **options: Any) -> Any:
+    """Connect from the reactor thread (WebSocket if the server is one); the ready protocol."""
+    thread = server.thread
+    # (not thread.call(connect, ..., **options): thread.call has a timeout argument too)
+    return thread.call(
+        lambda: connect(thread.reactor, server.host, server.port, ws=server.ws, **options)
+    )
+
+
+def when_handled(thread: Any, proto: Any, predicate: Callable[[], Any]) -> Any:
+    """Wait until ``predicate()`` (about the Twisted client's state) holds: checked in the
+    reactor thread right after the client handles each message, so nothing polls."""
+
+    def install() -> Any:
+        if predicate():
+            return True
+        done: defer.Deferred[bool] = defer.Deferred()
+        handle = proto._stmp_received
+
+        def observed(message: Any) -> None:
+            handle(message)
+            if not done.called and predicate():
+                proto._stmp_received = handle
+                done.callback(True)
+
+        proto._stmp_received = observed
+        return done
+
+    return thread.call(install)
+
+
+def blocking_client(server: Target, **options: Any) -> BlockingSTMPClient:
+    return BlockingSTMPClient(server.host, server.port, ws=server.ws, **options)
+
+
+# -- Twisted, on a Clock and a StringTransport --------------------------------------------------
+
+
+class Wire:
+    """An :class:`STMPClientProtocol` on a StringTransport and a Clock."""
+
+    def __init__(self, **options: Any) -> None:
+        self.clock = Clock()
+        self.proto = STMPClientProtocol(clock=self.clock, **options)
+        self.transport = StringTransport()
+        self.proto.makeConnection(self.transport)
+        self._decoder = BinaryDecoder()
+
+    def sent(self) -> list[Message]:
+        """What the client wrote since the last call."""
+        data = self.transport.value()
+        self.transport.clear()
+        return list(self._decoder.feed(data))
+
+    def feed(self, *messages: Message) -> None:
+        self.proto.dataReceived(b"".join(encode_binary(m) for m in messages))
+
+    def ready(self) -> None:
+        """Answer the version check."""
+        assert self.sent()[0] == Request(0, 0, RAW, b"\x01")
+        self.feed(Response(0, Status.OK, RAW, b"\x01"))
+
+    def lose(self) -> None:
+        self.proto.connectionLost(Failure(ConnectionDone("gone")))
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.transport.disconnecting)
+
+
+def result(d: defer.Deferred[Any]) -> Any:
+    """The result of a Deferred that has fired (raising its failure)."""
+    box: list[Any] = []
+    d.addBoth(box.append)
+    assert box, "the Deferred has not fired"
+    if isinstance(box[0], Failure):
+        box[0].raiseException()
+    return box[0]
