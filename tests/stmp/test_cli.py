@@ -1,4 +1,4 @@
-"""``msgbroker stmp ...`` against the fake STMP server of ``test_client`` and the real broker:
+"""``msgbroker stmp ...`` against the fake STMP server of ``client_support`` and the real broker:
 ``pub`` and ``call`` in-process through ``main()``, ``sub`` and ``pub -`` as a person runs
 them, in a subprocess (``sub`` stopped with Ctrl-C).
 
