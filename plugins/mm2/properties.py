@@ -122,12 +122,16 @@ def encode_value(value: PropertyValue | datetime) -> str:
 
 
 def datetime_to_epoch(moment: datetime) -> Decimal:
-    """Seconds since the Unix epoch, exact to the microsecond; ValueError if naive."""
+    """Seconds since the Unix epoch, exact to the microsecond, with no trailing zeros in the
+    fraction (whole seconds have none); ValueError if naive."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("a naive datetime has no epoch time; give it a tzinfo")
     delta = moment - _EPOCH
-    seconds = delta.days * 86400 + delta.seconds
-    return Decimal(seconds) + Decimal(delta.microseconds).scaleb(-6)
+    seconds = Decimal(delta.days * 86400 + delta.seconds)
+    if not delta.microseconds:
+        return seconds
+    fraction = Decimal(delta.microseconds).scaleb(-6)
+    return seconds + Decimal(str(fraction).rstrip("0"))
 
 
 def epoch_to_datetime(seconds: Decimal | int) -> datetime:
