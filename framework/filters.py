@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -75,7 +75,7 @@ class Filter:
         elif _is_number(self.value):
             if self.op in _TEXT_ONLY:
                 raise ValueError(f"{self.op} applies to text only")
-            if not _finite(self.value):  # type: ignore[arg-type]
+            if not _finite(self.value):
                 raise ValueError(f"a filter value is a finite number, not {self.value}")
         else:
             raise ValueError(f"a filter value is a number or text, not {self.value!r}")
@@ -123,7 +123,7 @@ def matches_all(filters: Iterable[Filter], properties: Mapping[str, Any] | None)
 
 # -- the index ----------------------------------------------------------------------------------
 
-Item = TypeVar("Item", bound=Hashable)
+Item = TypeVar("Item")  # hashable: items are dict keys
 
 
 @define(eq=False)
@@ -218,6 +218,9 @@ class FilterIndex(Generic[Item]):
 
     def __contains__(self, item: object) -> bool:
         return item in self._of_item
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self._of_item)
 
     def filters_of(self, item: Item) -> tuple[Filter, ...]:
         return self._of_item[item].filters

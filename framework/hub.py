@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from attrs import define, field
 
 from .errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
+from .filters import Filter, FilterIndex
 from .message import ANONYMOUS, Encoder, Kind, Message, MessageRun, RouteResult
 
 
@@ -51,6 +52,8 @@ class Topic:
     by_encoder: dict[Encoder, dict[Peer, None]] = field(factory=dict)
     #: members that watch presence
     watchers: dict[Peer, None] = field(factory=dict)
+    #: members with property filters (not in ``by_encoder``); made with the first one
+    filtered: FilterIndex[Peer] | None = None
 
 
 @define
@@ -103,8 +106,16 @@ class Hub:
 
     # -- subscriptions -------------------------------------------------------------------
 
-    def subscribe(self, peer: Peer, topic_name: str, presence: bool = False) -> list[Message]:
-        """Subscribe ``peer`` to ``topic_name``.
+    def subscribe(
+        self,
+        peer: Peer,
+        topic_name: str,
+        presence: bool = False,
+        filters: Iterable[Filter] = (),
+    ) -> list[Message]:
+        """Subscribe ``peer`` to ``topic_name``; with ``filters``, only to the MCASTs whose
+        properties match them all (see :mod:`msgbroker.filters`). Filters do not apply to
+        presence events, unicasts or broadcasts.
 
         Returns the presence snapshot for the new member (one SUBSCRIBE message per current
         member, in subscription order) when ``presence`` is set, else ``[]``. The caller
@@ -121,10 +132,16 @@ class Hub:
             topic = self.topics[topic_name] = Topic(topic_name)
         snapshot = _snapshot(topic, None) if presence else []
         topic.members[peer] = presence
-        group = topic.by_encoder.get(peer.encode)
-        if group is None:
-            group = topic.by_encoder[peer.encode] = {}
-        group[peer] = None
+        filters = tuple(filters)
+        if filters:
+            if topic.filtered is None:
+                topic.filtered = FilterIndex()
+            topic.filtered.add(peer, filters)
+        else:
+            group = topic.by_encoder.get(peer.encode)
+            if group is None:
+                group = topic.by_encoder[peer.encode] = {}
+            group[peer] = None
         peer.subscriptions[topic_name] = topic
         if topic.watchers:
             event = Message(Kind.SUBSCRIBE, identity, peer.protocol, topic_name, presence=presence)
@@ -160,10 +177,13 @@ class Hub:
         del peer.subscriptions[topic.name]
         del topic.members[peer]
         topic.watchers.pop(peer, None)
-        group = topic.by_encoder[peer.encode]
-        del group[peer]
-        if not group:
-            del topic.by_encoder[peer.encode]
+        group = topic.by_encoder.get(peer.encode)
+        if group is not None and peer in group:
+            del group[peer]
+            if not group:
+                del topic.by_encoder[peer.encode]
+        else:
+            topic.filtered.remove(peer)  # type: ignore[union-attr]
         if not topic.members:
             del self.topics[topic.name]
         elif topic.watchers:
@@ -195,6 +215,8 @@ class Hub:
             if self.observer is not None:
                 self.observer(message, RouteResult({}))
             return 0
+        if topic.filtered:
+            return self._route(message, _with_filtered(topic, message), sender)
         return self._route(message, topic.by_encoder, sender)
 
     def multicast_run(self, sender: Peer | None, run: MessageRun) -> int:
@@ -203,7 +225,8 @@ class Hub:
         Same outcome as ``run.count`` calls of :meth:`multicast`, in order; with an
         observer set it is exactly that, so the observer sees every message.
         """
-        if self.observer is not None:
+        if self.observer is not None or _has_filtered(self.topics.get(run.topic)):
+            # message by message: the observer sees each; filters look at each
             return sum(self.multicast(sender, m) for m in run.messages())
         stats = self.stats
         stats.routed += run.count
@@ -252,6 +275,9 @@ class Hub:
                     groups[encoder] = dict(members)
                 else:
                     group.update(members)
+            if topic.filtered:  # filters are for MCASTs: filtered members share the topic
+                for peer in topic.filtered:
+                    groups.setdefault(peer.encode, {})[peer] = None
         return self._route(message, groups, sender)
 
     def _route(
@@ -332,3 +358,24 @@ def _snapshot(topic: Topic, leave_out: Peer | None) -> list[Message]:
         for m, w in topic.members.items()
         if m is not leave_out
     ]
+
+
+def _has_filtered(topic: Topic | None) -> bool:
+    return topic is not None and bool(topic.filtered)
+
+
+def _with_filtered(topic: Topic, message: Message) -> dict[Encoder, dict[Peer, None]]:
+    """``topic.by_encoder`` plus the filtered members whose filters ``message`` matches
+    (the topic's own groups are copied before anything is added to them)."""
+    matched = topic.filtered.match(message.properties)  # type: ignore[union-attr]
+    if not matched:
+        return topic.by_encoder
+    own = topic.by_encoder
+    groups = dict(own)
+    for peer in matched:
+        encoder = peer.encode
+        group = groups.get(encoder)
+        if group is None or group is own.get(encoder):
+            group = groups[encoder] = dict(group) if group else {}
+        group[peer] = None
+    return groups

@@ -6,6 +6,7 @@ import pytest
 from attrs import define, field
 
 from msgbroker.errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
+from msgbroker.filters import Filter
 from msgbroker.hub import Hub
 from msgbroker.message import ANONYMOUS, Kind, Message, MessageRun
 
@@ -331,3 +332,61 @@ def test_watch_turns_presence_on_for_a_member_and_returns_the_snapshot():
     assert b.sent == [b"A:subscribe:c:t:"] == a.sent
     with pytest.raises(NotSubscribed):
         hub.watch(c, "other")
+
+
+# -- filtered subscriptions ---------------------------------------------------------------------
+
+
+def props_mcast(payload: bytes, **properties) -> Message:
+    return Message(Kind.MCAST, "s", "a", "t", payload, properties=properties)
+
+
+def test_a_filtered_subscriber_gets_only_the_mcasts_that_match_its_filters():
+    hub = Hub()
+    s, plain, big = peer(hub, "s"), peer(hub, "plain"), peer(hub, "big")
+    other = peer(hub, "other", encode=encode_b, protocol="b")
+    hub.subscribe(plain, "t")
+    hub.subscribe(big, "t", filters=[Filter("n", ">", 10)])
+    hub.subscribe(other, "t", filters=[Filter("n", ">", 10), Filter("tag", "=", "x")])
+    assert hub.multicast(s, props_mcast(b"1", n=5)) == 1
+    assert hub.multicast(s, props_mcast(b"2", n=50)) == 2
+    assert hub.multicast(s, props_mcast(b"3", n=50, tag="x")) == 3
+    assert hub.multicast(s, props_mcast(b"4")) == 1  # no properties: no filter matches
+    assert plain.sent == [b"A:mcast:s:t:%d" % i for i in (1, 2, 3, 4)]
+    assert big.sent == [b"A:mcast:s:t:2", b"A:mcast:s:t:3"]
+    assert other.sent == [b"B:3"]
+    assert hub.topics["t"].by_encoder == {encode_a: {plain: None}}  # groups left intact
+
+
+def test_a_filtered_sender_never_gets_its_own_mcast():
+    hub = Hub()
+    s = peer(hub, "s")
+    hub.subscribe(s, "t", filters=[Filter("n", "=", 1)])
+    assert hub.multicast(s, props_mcast(b"x", n=1)) == 0
+    assert s.sent == []
+
+
+def test_runs_to_a_topic_with_filtered_subscribers_are_filtered_message_by_message():
+    hub = Hub()
+    s, f = peer(hub, "s"), peer(hub, "f")
+    hub.subscribe(f, "t", filters=[Filter("n", "=", 1)])
+    assert hub.multicast_run(s, run_of("s", "t", [b"1", b"2"])) == 0  # runs carry none
+    assert f.sent == []
+
+
+def test_filtered_members_leave_share_topics_for_broadcast_and_see_presence():
+    hub = Hub()
+    s, f, w = peer(hub, "s"), peer(hub, "f"), peer(hub, "w")
+    hub.subscribe(w, "t", presence=True)
+    hub.subscribe(s, "t")
+    hub.subscribe(f, "t", filters=[Filter("n", "=", 1)])
+    assert w.sent[-1] == b"A:subscribe:f:t:"  # presence ignores filters
+    assert hub.broadcast(s, Message(Kind.BCAST, "s", "a", None, b"b")) == 2  # w and f
+    assert f.sent == [b"A:bcast:s::b"]
+    hub.unsubscribe(f, "t")
+    assert not hub.topics["t"].filtered
+    assert w.sent[-1] == b"A:unsubscribe:f:t:"
+    assert hub.multicast(s, props_mcast(b"x", n=1)) == 1  # only w now
+    hub.close(s)
+    hub.close(w)
+    assert "t" not in hub.topics
