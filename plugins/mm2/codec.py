@@ -25,6 +25,9 @@ that cannot be written raises :class:`ValueError`.
 
 from __future__ import annotations
 
+# the pubsub extension reads filters into the hub's own type
+from msgbroker.filters import Filter, Op
+
 from .acks import SEQ_CYCLE, ack_frame, acked_count, is_acked, next_seq, parse_ack, seq_distance
 from .fragments import DEFAULT_MAX_MESSAGE, Reassembler, encode_message, split_message
 from .frames import (
@@ -78,15 +81,11 @@ from .properties import (
     urlencode,
 )
 from .pubsub import (
-    Filter,
-    Op,
     PubSubCommand,
     Subscribe,
     Unsubscribe,
     encode_filter,
     encode_pubsub,
-    matches,
-    matches_all,
     parse_filter,
     parse_pubsub,
 )
@@ -142,8 +141,6 @@ __all__ = [
     "epoch_to_datetime",
     "frame_type",
     "is_acked",
-    "matches",
-    "matches_all",
     "negotiate_minor",
     "next_seq",
     "parse_ack",

@@ -8,62 +8,39 @@ The spec names no commands; DECISIONS.md defines them::
 A filter is ``key OP VALUE`` with VALUE typed as in properties (``N``, ``D``, ``T``).
 Operators: ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` compare numbers and dates; text has
 ``=``, ``!=``, ``<`` (starts with), ``>`` (ends with), ``&`` (contains) and ``~`` (does
-not contain). Filters of one subscription are ANDed. A message without the property never
-matches, whatever the operator.
+not contain); ``<=`` and ``>=`` on text, ``&`` and ``~`` on numbers are the peer's error.
+
+Filters are read into the hub's own :class:`msgbroker.filters.Filter` (no Twisted there),
+so a subscribe goes from the wire to ``Hub.subscribe`` as it is, and there is one
+evaluator of filters for every protocol, not one per codec that could drift from it.
 """
 
 from __future__ import annotations
 
-import operator
 import re
-from collections.abc import Callable, Iterable, Mapping
-from decimal import Decimal
-from enum import StrEnum
-from typing import Any
 
 from attrs import frozen
 
 from msgbroker.errors import RemoteProtocolError
+from msgbroker.filters import Filter, Op
 
 from .properties import (
     LENIENT_KEY_RE,
     Command,
-    PropertyValue,
     encode_value,
     is_valid_name,
     parse_value,
 )
 
-
-class Op(StrEnum):
-    EQ = "="
-    NE = "!="
-    LT = "<"
-    LE = "<="
-    GT = ">"
-    GE = ">="
-    CONTAINS = "&"
-    NOT_CONTAINS = "~"
-
-
 #: operators text does not have (DECISIONS.md: rejected with an ERROR frame)
 _NUMERIC_ONLY = frozenset({Op.LE, Op.GE})
 #: operators only text has (the spec lists them for text comparisons only)
-_TEXT_ONLY = frozenset({Op.CONTAINS, Op.NOT_CONTAINS})
+_TEXT_ONLY = frozenset({Op.CONTAINS, Op.EXCLUDES})
 
 # key, then the operator: the alternation lists two-character operators first, so
 # "<=" is never read as "<" followed by a value "=..." (and "!=" needs its "!"); the value
 # must start with its type letter, so there is never a second way to split.
 _FILTER_RE = re.compile(r"([A-Za-z0-9_-]+)(!=|<=|>=|=|<|>|&|~)(.*)", re.DOTALL)
-
-
-@frozen(slots=True)
-class Filter:
-    """``key OP value``; ``value`` is an int (N), a Decimal (D) or a str (T)."""
-
-    key: str
-    op: Op
-    value: PropertyValue
 
 
 @frozen(slots=True)
@@ -94,75 +71,23 @@ def parse_filter(text: str) -> Filter:
     key, op_text, raw = match.groups()
     if raw[:1] not in ("N", "D", "T"):
         raise RemoteProtocolError(f"filter value without a type prefix (N, D or T): {text[:40]!r}")
-    return _checked(Filter(key, Op(op_text), parse_value(raw)), RemoteProtocolError)
+    op, value = Op(op_text), parse_value(raw)
+    # checked here rather than left to Filter's ValueError: this is the peer's error
+    if isinstance(value, str) and op in _NUMERIC_ONLY:
+        raise RemoteProtocolError(f"operator {op_text} does not apply to text: {text[:40]!r}")
+    if not isinstance(value, str) and op in _TEXT_ONLY:
+        raise RemoteProtocolError(f"operator {op_text} applies to text only: {text[:40]!r}")
+    return Filter(key, op, value)
 
 
 def encode_filter(filter_: Filter) -> str:
-    """The ``key OP VALUE`` text of ``filter_`` (before the argument's own URL encoding)."""
-    _checked(filter_, ValueError)
+    """The ``key OP VALUE`` text of ``filter_`` (before the argument's own URL encoding).
+    A float value has no typed form (N is an integer, D a Decimal): TypeError."""
     if LENIENT_KEY_RE.fullmatch(filter_.key) is None:
         raise ValueError(f"bad filter key {filter_.key!r}")
+    if isinstance(filter_.value, float):
+        raise TypeError(f"a float has no Micromessage2 value type: {filter_.value!r}")
     return f"{filter_.key}{filter_.op.value}{encode_value(filter_.value)}"
-
-
-def _checked(filter_: Filter, error: type[Exception]) -> Filter:
-    is_text = isinstance(filter_.value, str)
-    if is_text and filter_.op in _NUMERIC_ONLY:
-        raise error(f"operator {filter_.op.value} does not apply to text")
-    if not is_text and filter_.op in _TEXT_ONLY:
-        raise error(f"operator {filter_.op.value} applies to text only")
-    return filter_
-
-
-def matches(filter_: Filter, properties: Mapping[str, PropertyValue]) -> bool:
-    """Whether a message with ``properties`` passes ``filter_``.
-
-    The property must exist and have the filter's type: N (int) and D (Decimal) compare
-    numerically, but a number is not a date, so an N property never matches a D filter
-    (nor text a number). Text compares case-sensitively (the spec).
-    """
-    if filter_.key not in properties:
-        return False
-    have, want = properties[filter_.key], filter_.value
-    kind = _kind(want)
-    if kind is None or _kind(have) is not kind:
-        return False
-    test = (_TEXT_TESTS if kind is str else _NUMBER_TESTS).get(filter_.op)
-    # None: an operator the type does not have, which parse_filter never builds
-    return test is not None and test(have, want)
-
-
-def _kind(value: object) -> type | None:
-    """int, Decimal or str: the type a value compares as (a bool is no number here)."""
-    if isinstance(value, bool):
-        return None
-    for kind in (int, Decimal, str):
-        if isinstance(value, kind):
-            return kind
-    return None
-
-
-_NUMBER_TESTS: dict[Op, Callable[[Any, Any], bool]] = {
-    Op.EQ: operator.eq,
-    Op.NE: operator.ne,
-    Op.LT: operator.lt,
-    Op.LE: operator.le,
-    Op.GT: operator.gt,
-    Op.GE: operator.ge,
-}
-_TEXT_TESTS: dict[Op, Callable[[Any, Any], bool]] = {
-    Op.EQ: operator.eq,
-    Op.NE: operator.ne,
-    Op.LT: str.startswith,
-    Op.GT: str.endswith,
-    Op.CONTAINS: operator.contains,
-    Op.NOT_CONTAINS: lambda have, want: want not in have,
-}
-
-
-def matches_all(filters: Iterable[Filter], properties: Mapping[str, PropertyValue]) -> bool:
-    """Whether every filter passes (DECISIONS.md: filters are ANDed; none passes all)."""
-    return all(matches(filter_, properties) for filter_ in filters)
 
 
 # -- commands -------------------------------------------------------------------------------
