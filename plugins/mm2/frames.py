@@ -195,11 +195,13 @@ def _parse_message(
     buf: bytearray, flags: int, width: int, max_payload: int
 ) -> tuple[Frame, int] | int:
     size = len(buf)
-    if size < 4:
-        return 4
+    if size < 3:
+        return 3
     seq = _U16.unpack_from(buf, 1)[0]
     if seq == 0:
         raise RemoteProtocolError("MESSAGE with sequence number 0 (they start at 1)")
+    if size < 4:
+        return 4
     props_at = 4 + buf[3]
     if size < props_at:
         return props_at
