@@ -20,7 +20,8 @@ Twisted here. This module is the one to import; the code lives in the modules it
 - :mod:`.pubsub` — the ``subscribe`` and ``unsubscribe`` commands and their filters.
 
 What the peer got wrong raises :class:`~msgbroker.errors.RemoteProtocolError`; a value
-that cannot be written raises :class:`ValueError`.
+that cannot be written raises :class:`ValueError` (:class:`TypeError` for a property value
+of a type Micromessage2 has not: a bool, a float).
 """
 
 from __future__ import annotations

@@ -45,8 +45,9 @@ _U32 = struct.Struct(">I")
 
 @frozen(slots=True)
 class MessageFrame:
-    """A MESSAGE frame. ``continued`` is the CONTINUED flag: more of this payload follows in
-    the next MESSAGE frame (see :func:`split_message` and :class:`Reassembler`)."""
+    """A MESSAGE frame. ``properties`` are (key, typed value) pairs in wire order (a mapping
+    is accepted and turned into them); ``continued`` is the CONTINUED flag: more of this
+    payload follows in the next MESSAGE frame (see :mod:`.fragments`)."""
 
     seq: int
     destination: str

@@ -9,7 +9,8 @@
 - A COMMAND frame's payload is ``name;key=urlenc(value),key=urlenc(value)``.
 
 What the peer got wrong raises :class:`~msgbroker.errors.RemoteProtocolError`; what a local
-caller asks for that cannot be written raises :class:`ValueError`.
+caller asks for that cannot be written raises :class:`ValueError` (:class:`TypeError` for a
+property value of a type Micromessage2 has not: a bool, a float).
 """
 
 from __future__ import annotations
