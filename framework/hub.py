@@ -25,6 +25,7 @@ from attrs import define, field
 from .errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
 from .filters import Filter, FilterIndex
 from .message import ANONYMOUS, Encoder, Kind, Message, MessageRun, RouteResult
+from .queues import QueueGroup
 
 
 class Peer(Protocol):
@@ -54,6 +55,14 @@ class Topic:
     watchers: dict[Peer, None] = field(factory=dict)
     #: members with property filters (not in ``by_encoder``); made with the first one
     filtered: FilterIndex[Peer] | None = None
+    #: queue groups by name (their members are in neither of the above)
+    queues: dict[str, QueueGroup] | None = None
+
+    def queue_of(self, peer: Peer) -> QueueGroup | None:
+        for group in (self.queues or {}).values():
+            if peer in group.members:
+                return group
+        return None
 
 
 @define
@@ -112,10 +121,13 @@ class Hub:
         topic_name: str,
         presence: bool = False,
         filters: Iterable[Filter] = (),
+        queue: str | None = None,
     ) -> list[Message]:
         """Subscribe ``peer`` to ``topic_name``; with ``filters``, only to the MCASTs whose
         properties match them all (see :mod:`msgbroker.filters`). Filters do not apply to
-        presence events, unicasts or broadcasts.
+        presence events, unicasts or broadcasts. With ``queue``, ``peer`` joins that queue
+        group of the topic: each MCAST goes to one member of the group (see
+        :mod:`msgbroker.queues`).
 
         Returns the presence snapshot for the new member (one SUBSCRIBE message per current
         member, in subscription order) when ``presence`` is set, else ``[]``. The caller
@@ -133,7 +145,15 @@ class Hub:
         snapshot = _snapshot(topic, None) if presence else []
         topic.members[peer] = presence
         filters = tuple(filters)
-        if filters:
+        if queue is not None:
+            if topic.queues is None:
+                topic.queues = {}
+            queue_group = topic.queues.get(queue)
+            if queue_group is None:
+                queue_group = QueueGroup(topic_name, queue, on_drop=self._dropped)
+                topic.queues[queue] = queue_group
+            self.stats.delivered += queue_group.add(peer, filters)
+        elif filters:
             if topic.filtered is None:
                 topic.filtered = FilterIndex()
             topic.filtered.add(peer, filters)
@@ -178,10 +198,15 @@ class Hub:
         del topic.members[peer]
         topic.watchers.pop(peer, None)
         group = topic.by_encoder.get(peer.encode)
+        queue = topic.queue_of(peer) if topic.queues else None
         if group is not None and peer in group:
             del group[peer]
             if not group:
                 del topic.by_encoder[peer.encode]
+        elif queue is not None:
+            queue.remove(peer)
+            if not queue.members:
+                del topic.queues[queue.name]  # type: ignore[union-attr]
         else:
             topic.filtered.remove(peer)  # type: ignore[union-attr]
         if not topic.members:
@@ -215,9 +240,30 @@ class Hub:
             if self.observer is not None:
                 self.observer(message, RouteResult({}))
             return 0
+        if topic.queues:
+            # queue deliveries are not in the observer's RouteResult (yet)
+            groups = _with_filtered(topic, message) if topic.filtered else topic.by_encoder
+            delivered = self._route(message, groups, sender)
+            queued = sum(q.offer(message, sender) for q in list(topic.queues.values()))
+            self.stats.delivered += queued
+            return delivered + queued
         if topic.filtered:
             return self._route(message, _with_filtered(topic, message), sender)
         return self._route(message, topic.by_encoder, sender)
+
+    def ready(self, peer: Peer) -> int:
+        """``peer`` has room again (its ack window opened): the queue groups it is in hand
+        it waiting messages. Returns how many were delivered."""
+        delivered = 0
+        for topic in list(peer.subscriptions.values()):
+            group = topic.queue_of(peer) if topic.queues else None
+            if group is not None:
+                delivered += group.drain()
+        self.stats.delivered += delivered
+        return delivered
+
+    def _dropped(self, count: int) -> None:
+        self.stats.dropped += count
 
     def multicast_run(self, sender: Peer | None, run: MessageRun) -> int:
         """Deliver ``run.count`` MCASTs to one topic at once: one frame per recipient.
@@ -225,7 +271,7 @@ class Hub:
         Same outcome as ``run.count`` calls of :meth:`multicast`, in order; with an
         observer set it is exactly that, so the observer sees every message.
         """
-        if self.observer is not None or _has_filtered(self.topics.get(run.topic)):
+        if self.observer is not None or _one_by_one(self.topics.get(run.topic)):
             # message by message: the observer sees each; filters look at each
             return sum(self.multicast(sender, m) for m in run.messages())
         stats = self.stats
@@ -277,6 +323,9 @@ class Hub:
                     group.update(members)
             if topic.filtered:  # filters are for MCASTs: filtered members share the topic
                 for peer in topic.filtered:
+                    groups.setdefault(peer.encode, {})[peer] = None
+            for queue in (topic.queues or {}).values():  # so do queue members
+                for peer in queue.members:
                     groups.setdefault(peer.encode, {})[peer] = None
         return self._route(message, groups, sender)
 
@@ -360,8 +409,10 @@ def _snapshot(topic: Topic, leave_out: Peer | None) -> list[Message]:
     ]
 
 
-def _has_filtered(topic: Topic | None) -> bool:
-    return topic is not None and bool(topic.filtered)
+def _one_by_one(topic: Topic | None) -> bool:
+    """Whether MCASTs to ``topic`` must be routed one by one (filters and queue groups
+    look at each message)."""
+    return topic is not None and bool(topic.filtered or topic.queues)
 
 
 def _with_filtered(topic: Topic, message: Message) -> dict[Encoder, dict[Peer, None]]:

@@ -1,0 +1,158 @@
+"""Queue groups: subscribers of a topic that name the same group share its messages; each
+message goes to exactly one member of each group (Micromessage2's ``queue`` argument,
+DECISIONS.md), while plain subscribers each get every message.
+
+Which member: the next one, round-robin, whose filters match and that has room. A peer
+says whether it has room with an optional ``ready()`` method (a Micromessage2 consumer
+whose ack window is full has none); a peer without that method always has room. When
+members match but none has room, the message waits in the group's backlog, in order,
+until a member has room again (its protocol calls :meth:`Hub.ready`) — so a consumer that
+never acks holds at most its window, and the others take the rest. When no member matches,
+the group does not take the message.
+
+A peer may receive from a queue through an optional ``deliver_queued(frame, message,
+group)`` method instead of ``send(frame)``: a protocol with acknowledgements keeps
+``(message, group)`` until the message is acknowledged, and when the connection closes
+with messages unacknowledged it gives them back with ``group.redeliver(message)``, which
+offers each to the remaining members (or keeps it in the backlog).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from attrs import define, field
+
+from .filters import Filter, matches_all
+from .message import Message
+
+#: most messages a group holds while none of its members has room; older ones are dropped
+DEFAULT_QUEUE_BACKLOG = 10_000
+
+
+@define(eq=False)
+class QueueGroup:
+    """One queue group of one topic."""
+
+    topic: str
+    name: str
+    #: member -> its filters, in the order they joined
+    members: dict[Any, tuple[Filter, ...]] = field(factory=dict)
+    #: messages waiting for a member with room
+    backlog: deque[Message] = field(factory=deque)
+    limit: int = DEFAULT_QUEUE_BACKLOG
+    #: called with the number of messages dropped from a full (or abandoned) backlog
+    on_drop: Callable[[int], None] | None = None
+    _turn: int = 0  # where the round-robin resumes
+
+    def add(self, peer: Any, filters: tuple[Filter, ...] = ()) -> int:
+        """A new member; it may take waiting messages at once (returns how many)."""
+        self.members[peer] = filters
+        return self.drain()
+
+    def remove(self, peer: Any) -> None:
+        del self.members[peer]
+        if not self.members and self.backlog:
+            self._dropped(len(self.backlog))  # nobody is left to take them
+            self.backlog.clear()
+
+    def offer(self, message: Message, sender: Any = None) -> int:
+        """Deliver ``message`` to one member (1), keep it for later (0), or decline it
+        because no member's filters match (0). Messages already waiting go first."""
+        delivered = 0
+        if self.backlog:
+            delivered = self.drain()
+            if self.backlog:
+                if self._matching(message, sender):
+                    self._keep(message)
+                return delivered
+        return delivered + self._deliver(message, sender)
+
+    def redeliver(self, message: Message) -> int:
+        """A message a member received but never acknowledged (it went away): offer it to
+        the others, ahead of the backlog's newer messages."""
+        if not self._matching(message, None):
+            self._dropped(1)  # nobody left who would take it
+            return 0
+        return self._deliver(message, None, keep_first=True)
+
+    def drain(self) -> int:
+        """Deliver waiting messages while some member has room; returns how many went."""
+        delivered = 0
+        backlog = self.backlog
+        while backlog:
+            message = backlog[0]
+            peer = self._pick(message, None)
+            if peer is None:
+                if not self._matching(message, None):  # its matching member left
+                    backlog.popleft()
+                    self._dropped(1)
+                    continue
+                break
+            backlog.popleft()
+            _deliver_to(peer, message, self)
+            delivered += 1
+        return delivered
+
+    # -- inside ------------------------------------------------------------------------------
+
+    def _deliver(self, message: Message, sender: Any, keep_first: bool = False) -> int:
+        peer = self._pick(message, sender)
+        if peer is None:
+            if self._matching(message, sender):
+                if keep_first:
+                    self.backlog.appendleft(message)
+                else:
+                    self._keep(message)
+            return 0
+        _deliver_to(peer, message, self)
+        return 1
+
+    def _pick(self, message: Message, sender: Any) -> Any:
+        """The next member, round-robin, whose filters match and that has room."""
+        members = list(self.members.items())
+        count = len(members)
+        for step in range(count):
+            index = (self._turn + step) % count
+            peer, filters = members[index]
+            if not _takes(peer, filters, message, sender):
+                continue
+            ready = getattr(peer, "ready", None)
+            if ready is not None and not ready():
+                continue
+            self._turn = index + 1
+            return peer
+        return None
+
+    def _matching(self, message: Message, sender: Any) -> bool:
+        """Whether some member would take ``message`` once it has room."""
+        return any(_takes(p, f, message, sender) for p, f in self.members.items())
+
+    def _keep(self, message: Message) -> None:
+        self.backlog.append(message)
+        if len(self.backlog) > self.limit:
+            self.backlog.popleft()
+            self._dropped(1)
+
+    def _dropped(self, count: int) -> None:
+        if self.on_drop is not None:
+            self.on_drop(count)
+
+
+def _takes(peer: Any, filters: tuple[Filter, ...], message: Message, sender: Any) -> bool:
+    """Whether ``peer`` would take ``message``: not its sender, its filters match, and its
+    protocol can carry it."""
+    if peer is sender or (filters and not matches_all(filters, message.properties)):
+        return False
+    return message.encoded(peer.encode) is not None
+
+
+def _deliver_to(peer: Any, message: Message, group: QueueGroup) -> None:
+    frame: bytes = message.encoded(peer.encode)  # type: ignore[assignment]  # _takes said so
+    deliver_queued = getattr(peer, "deliver_queued", None)
+    if deliver_queued is not None:
+        deliver_queued(frame, message, group)
+    else:
+        peer.send(frame)

@@ -1,0 +1,206 @@
+"""Queue groups in the hub: one member per group gets each MCAST, round-robin among those
+whose filters match and that have room; waiting messages; redelivery of unacknowledged
+ones (framework/queues.py)."""
+
+from __future__ import annotations
+
+from attrs import define, field
+
+from msgbroker.filters import Filter
+from msgbroker.hub import Hub
+from msgbroker.message import Kind, Message, MessageRun
+
+
+def encode(message: Message) -> bytes | None:
+    if message.payload == b"uncarriable":
+        return None
+    return message.payload
+
+
+@define(eq=False)
+class Consumer:
+    """A hub peer with an ack window: ``ready()`` while fewer than ``window`` messages are
+    unacknowledged; ``deliver_queued`` keeps them as a protocol with acks would."""
+
+    identity: str | None = None
+    protocol: str = "q"
+    encode: object = encode
+    subscriptions: dict = field(factory=dict)
+    sent: list = field(factory=list)
+    window: int = 1000
+    unacked: list = field(factory=list)
+
+    def send(self, frame: bytes) -> None:
+        self.sent.append(frame)
+
+    def deliver_queued(self, frame, message, group) -> None:
+        self.sent.append(frame)
+        self.unacked.append((message, group))
+
+    def ready(self) -> bool:
+        return len(self.unacked) < self.window
+
+    def ack_all(self) -> None:
+        self.unacked.clear()
+
+    def kick(self, reason: str) -> None:
+        pass
+
+
+def joined(hub, name, topic="t", queue="g", **options):
+    consumer = Consumer(window=options.pop("window", 1000))
+    hub.login(consumer, name)
+    hub.subscribe(consumer, topic, queue=queue, **options)
+    return consumer
+
+
+def publish(hub, sender, payload, topic="t", **properties):
+    message = Message(Kind.MCAST, "pub", "q", topic, payload, properties=properties or None)
+    return hub.multicast(sender, message)
+
+
+def publisher(hub):
+    p = Consumer()
+    hub.login(p, "pub")
+    return p
+
+
+def test_each_message_goes_to_one_member_round_robin_and_to_every_plain_subscriber():
+    hub = Hub()
+    pub = publisher(hub)
+    a, b = joined(hub, "a"), joined(hub, "b")
+    plain = Consumer()
+    hub.login(plain, "plain")
+    hub.subscribe(plain, "t")
+    for i in range(4):
+        assert publish(hub, pub, b"%d" % i) == 2  # one queue member + the plain subscriber
+    assert a.sent == [b"0", b"2"]
+    assert b.sent == [b"1", b"3"]
+    assert plain.sent == [b"0", b"1", b"2", b"3"]
+
+
+def test_two_groups_each_get_every_message_once():
+    hub = Hub()
+    pub = publisher(hub)
+    g1 = [joined(hub, f"x{i}", queue="one") for i in range(2)]
+    g2 = [joined(hub, f"y{i}", queue="two") for i in range(3)]
+    for i in range(6):
+        publish(hub, pub, b"%d" % i)
+    every = sorted(b"%d" % i for i in range(6))
+    assert sorted(frame for c in g1 for frame in c.sent) == every
+    assert sorted(frame for c in g2 for frame in c.sent) == every
+
+
+def test_a_member_without_room_is_passed_over_and_a_full_group_waits():
+    hub = Hub()
+    pub = publisher(hub)
+    a, b = joined(hub, "a", window=1), joined(hub, "b", window=1)
+    publish(hub, pub, b"1")
+    publish(hub, pub, b"2")
+    assert publish(hub, pub, b"3") == 0  # both windows full: it waits in the group
+    assert publish(hub, pub, b"4") == 0
+    assert (a.sent, b.sent) == ([b"1"], [b"2"])  # a consumer holds at most its window
+    b.ack_all()
+    assert hub.ready(b) == 1  # b has room: it takes the oldest waiting message
+    assert b.sent == [b"2", b"3"]
+    a.ack_all()
+    assert hub.ready(a) == 1
+    assert a.sent == [b"1", b"4"]
+    assert not hub.topics["t"].queues["g"].backlog
+
+
+def test_filters_choose_among_the_members():
+    hub = Hub()
+    pub = publisher(hub)
+    big = joined(hub, "big", filters=[Filter("n", ">", 10)])
+    small = joined(hub, "small", filters=[Filter("n", "<=", 10)])
+    publish(hub, pub, b"5", n=5)
+    publish(hub, pub, b"50", n=50)
+    assert publish(hub, pub, b"none") == 0  # no properties: no member matches; not kept
+    assert (big.sent, small.sent) == ([b"50"], [b"5"])
+    assert not hub.topics["t"].queues["g"].backlog
+
+
+def test_unacknowledged_messages_of_a_member_that_leaves_go_to_another():
+    hub = Hub()
+    pub = publisher(hub)
+    a, b = joined(hub, "a"), joined(hub, "b")
+    for i in range(4):
+        publish(hub, pub, b"%d" % i)
+    assert a.sent == [b"0", b"2"]
+    gone = list(a.unacked)
+    hub.close(a)  # the connection closed: its protocol gives back what was not acked
+    for message, group in gone:
+        group.redeliver(message)
+    assert b.sent == [b"1", b"3", b"0", b"2"]
+
+
+def test_redelivery_with_nobody_left_is_counted_as_dropped():
+    hub = Hub()
+    pub = publisher(hub)
+    a = joined(hub, "a")
+    publish(hub, pub, b"1")
+    ((message, group),) = a.unacked
+    hub.close(a)
+    assert "t" not in hub.topics
+    group.redeliver(message)
+    assert hub.stats.dropped == 1
+
+
+def test_a_new_member_takes_waiting_messages_at_once():
+    hub = Hub()
+    pub = publisher(hub)
+    a = joined(hub, "a", window=1)
+    publish(hub, pub, b"1")
+    publish(hub, pub, b"2")  # waits
+    b = joined(hub, "b")
+    assert (a.sent, b.sent) == ([b"1"], [b"2"])
+    assert hub.stats.delivered == 2
+
+
+def test_the_sender_never_gets_its_own_message_and_an_uncarriable_one_skips_a_member():
+    hub = Hub()
+    a, b = joined(hub, "a"), joined(hub, "b")
+    publish(hub, a, b"x")  # a publishes: b gets it
+    assert (a.sent, b.sent) == ([], [b"x"])
+    assert publish(hub, a, b"uncarriable") == 0
+    assert not hub.topics["t"].queues["g"].backlog  # nobody could ever take it
+
+
+def test_queue_members_see_presence_and_broadcasts_and_leave_cleanly():
+    hub = Hub()
+    watcher = Consumer()
+    hub.login(watcher, "w")
+    hub.subscribe(watcher, "t", presence=True)
+    a = joined(hub, "a")
+    assert len(watcher.sent) == 1  # the presence event of a's joining
+    assert hub.broadcast(watcher, Message(Kind.BCAST, "w", "q", None, b"all")) == 1
+    assert a.sent == [b"all"]
+    hub.unsubscribe(a, "t")
+    assert hub.topics["t"].queues is None or "g" not in hub.topics["t"].queues
+
+
+def test_runs_to_a_topic_with_a_queue_are_routed_one_by_one():
+    hub = Hub()
+    pub = publisher(hub)
+    a, b = joined(hub, "a"), joined(hub, "b")
+    run = MessageRun(Kind.MCAST, "pub", "q", "t", 2, lambda: [b"1", b"2"])
+    assert hub.multicast_run(pub, run) == 2
+    assert (a.sent, b.sent) == ([b"1"], [b"2"])
+
+
+def test_a_redelivered_message_goes_ahead_of_newer_waiting_ones():
+    hub = Hub()
+    pub = publisher(hub)
+    a, b = joined(hub, "a", window=1), joined(hub, "b", window=1)
+    for i in range(3):
+        publish(hub, pub, b"%d" % i)  # a: 0, b: 1, 2 waits
+    ((message, group),) = a.unacked
+    hub.close(a)
+    group.redeliver(message)  # b has no room: 0 waits, ahead of 2
+    b.ack_all()
+    hub.ready(b)
+    assert b.sent == [b"1", b"0"]
+    b.ack_all()
+    hub.ready(b)
+    assert b.sent == [b"1", b"0", b"2"]
