@@ -68,6 +68,20 @@ def msgbroker_register_stmp_routes(router: Any) -> None:
     """
 
 
+@hookspec
+def msgbroker_register_mm2_extensions(register: Callable[[Any], None]) -> None:
+    """Add Micromessage2 extensions.
+
+    Call ``register(spec)`` with a :class:`msgbroker.plugins.mm2.extensions.ExtensionSpec`:
+    the extension's name (``[a-z0-9-]+``; vendor extensions start with ``x-``), a factory
+    that makes its per-connection handler from an ``ExtensionContext``, whether the server
+    offers or requires it in the handshake, and the COMMAND names it handles. The handler
+    sees its EXTENSION frames, its commands, and (when it overrides those methods) every
+    MESSAGE the client sends and every one it is sent. Two extensions with one name, or
+    two claiming one command, are a configuration error.
+    """
+
+
 @hookspec(firstresult=True)
 def msgbroker_authenticate(request: LoginRequest) -> AuthResult | None:
     """Decide a login before its scheme does. *firstresult*.

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 BUILTIN_PLUGINS = {
     "ssmp": "msgbroker.plugins.ssmp.plugin",
     "stmp": "msgbroker.plugins.stmp.plugin",
+    "mm2": "msgbroker.plugins.mm2.plugin",
+    "mm2-extensions": "msgbroker.plugins.mm2.builtin",
     "auth-open": "msgbroker.plugins.auth.open",
     "auth-secret": "msgbroker.plugins.auth.secret",
     "auth-cert": "msgbroker.plugins.auth.cert",

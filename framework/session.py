@@ -69,6 +69,10 @@ class Session:
     on_lost: list[Callable[[], None]] = field(factory=list)
     #: when set, deliveries are queued and written once per batch (see :class:`Batcher`)
     batcher: Batcher | None = None
+    #: for queue groups (msgbroker.queues): whether the peer has room for another queue
+    #: message, and how it takes one; a protocol with acknowledgements sets both
+    ready: Callable[[], bool] | None = None
+    deliver_queued: Callable[[bytes, Any, Any], None] | None = None
     _fd: Any = field(default=None, init=False, repr=False)
     _pending: list[bytes] = field(factory=list, init=False, repr=False)
 

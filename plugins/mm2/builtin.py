@@ -1,0 +1,126 @@
+"""The built-in Micromessage2 extensions, registered through
+``msgbroker_register_mm2_extensions`` exactly like a third-party one:
+
+- ``pubsub``: the ``subscribe`` and ``unsubscribe`` commands (destination, queue group,
+  filters; DECISIONS.md). Subscribing again to a destination replaces the subscription.
+- ``ack`` and ``batch-ack`` (``max-count``, default 10): the client acknowledges our
+  MESSAGEs with cumulative u16 acks and we stop at the window; we acknowledge the client's
+  once per chunk read. An ack for a number never sent is a protocol error.
+- ``json``: the client's payloads must parse as JSON.
+- ``dotnet``: the client may send the type of the next MESSAGEs in an EXTENSION frame
+  (read; the type does not travel on to subscribers yet).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+
+from msgbroker import hookimpl
+from msgbroker.errors import (
+    AlreadySubscribed,
+    NotAllowed,
+    NotSubscribed,
+    RemoteProtocolError,
+)
+
+from . import codec
+from .extensions import ExtensionContext, ExtensionHandler, ExtensionSpec
+
+
+class PubSub(ExtensionHandler):
+    def command(self, command: codec.Command) -> None:
+        request = codec.parse_pubsub(command)
+        context = self.context
+        session, broker = context.session, context.broker
+        hub = broker.hub
+        if isinstance(request, codec.Unsubscribe):
+            with contextlib.suppress(NotSubscribed):  # nothing to undo; no reply either
+                hub.unsubscribe(session, request.destination)
+            return
+        assert isinstance(request, codec.Subscribe)
+        topic = request.destination
+        if broker.authorizes and not broker.authorize(session, "subscribe", topic):
+            raise RemoteProtocolError(f"not allowed to subscribe to {topic[:40]!r}")
+        try:
+            hub.subscribe(session, topic, filters=request.filters, queue=request.queue)
+        except AlreadySubscribed:  # the new subscription replaces the old one
+            hub.unsubscribe(session, topic)
+            hub.subscribe(session, topic, filters=request.filters, queue=request.queue)
+        except NotAllowed as e:
+            raise RemoteProtocolError(str(e)) from None
+
+
+class Acks(ExtensionHandler):
+    """``ack`` (a window of 1) and ``batch-ack`` (``max-count``), both directions."""
+
+    def __init__(self, context: ExtensionContext, window: int) -> None:
+        super().__init__(context)
+        connection = context.connection
+        if connection.window is not None:
+            raise RemoteProtocolError("ack and batch-ack cannot both be active")
+        connection.window = window
+        self._acked_in = 0  # the last of the client's messages we acknowledged
+
+    def extension_frame(self, payload: bytes) -> None:
+        """The client acknowledges our messages up to a number."""
+        connection = self.context.connection
+        seq = codec.parse_ack(codec.ExtensionFrame(self.context.ext_id, payload))
+        if connection.seq_out == 0 or (not connection.wrapped and seq > connection.seq_out):
+            raise RemoteProtocolError(f"ack of message {seq}, which was never sent")
+        connection.acked(seq)
+
+    def incoming(self, message: codec.MessageFrame) -> codec.MessageFrame | None:
+        self.context.connection.after_chunk(self._acknowledge)
+        return message
+
+    def _acknowledge(self) -> None:
+        seq = self.context.connection.seq_in
+        if seq != self._acked_in:
+            self._acked_in = seq
+            self.context.send_extension_frame(seq.to_bytes(2, "big"))
+
+
+def _ack(context: ExtensionContext) -> ExtensionHandler:
+    return Acks(context, 1)
+
+
+def _batch_ack(context: ExtensionContext) -> ExtensionHandler:
+    return Acks(context, codec.batch_ack_max_count(context.extension))
+
+
+class Json(ExtensionHandler):
+    def incoming(self, message: codec.MessageFrame) -> codec.MessageFrame | None:
+        try:
+            json.loads(message.payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise RemoteProtocolError(f"message {message.seq}: the payload is not JSON") from None
+        return message
+
+
+class DotNet(ExtensionHandler):
+    """Keeps the last type the client named (the receiver keeps the last type)."""
+
+    type_name: str | None = None
+
+    def extension_frame(self, payload: bytes) -> None:
+        try:
+            self.type_name = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RemoteProtocolError("dotnet type name is not UTF-8") from None
+
+
+BUILTIN: tuple[ExtensionSpec, ...] = (
+    ExtensionSpec("pubsub", PubSub, offer=True, commands=frozenset({"subscribe", "unsubscribe"})),
+    ExtensionSpec("batch-ack", _batch_ack, offer=True),
+    ExtensionSpec("ack", _ack),
+    ExtensionSpec("json", Json),
+    ExtensionSpec("dotnet", DotNet),
+)
+
+
+@hookimpl
+def msgbroker_register_mm2_extensions(register: Callable[[ExtensionSpec], None]) -> None:
+    for spec in BUILTIN:
+        register(spec)

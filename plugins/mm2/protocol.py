@@ -1,0 +1,390 @@
+"""Micromessage2 server side: the Twisted protocol (handshake, frames, extensions) and the
+delivery encoder.
+
+A connection goes through the three-step handshake (the client's hello, our reply, the
+client's confirmation; DECISIONS.md), logs its identity in, activates the confirmed
+extensions (:mod:`.extensions`), then reads frames: MESSAGEs are routed through the hub
+(destination ``@identity``: a unicast), COMMANDs go to the extension that claims their
+name, EXTENSION frames to their extension by id. Anything the client gets wrong is an ERROR
+frame, then the connection closes.
+
+Deliveries are encoded once per message for every Micromessage2 recipient
+(:func:`encode_delivery`) with sequence number 0 in the frame; each connection writes its
+own number in (``_deliver``) and applies its flow control (``ack``/``batch-ack`` windows):
+messages beyond the window wait on the connection, bounded by ``--max-backlog``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from twisted.logger import Logger
+
+from msgbroker.auth import Accept, LoginRequest
+from msgbroker.connection import BrokerProtocol
+from msgbroker.errors import NoSuchIdentity, RemoteProtocolError
+from msgbroker.message import Kind, Message
+
+from . import codec
+from .extensions import ExtensionContext, ExtensionHandler, Registry
+from .frames import CONTINUED, LARGE
+
+log = Logger(namespace="msgbroker.mm2")
+
+#: the identity our handshake reply gives
+SERVER_IDENTITY = "msgbroker"
+
+
+# -- delivery encoding ---------------------------------------------------------------------------
+
+
+def encode_delivery(message: Message) -> bytes | None:
+    """The MESSAGE frame(s) of ``message`` with sequence number 0 (each connection writes
+    its own in). An MCAST goes to its topic, a UCAST arrives with destination ``@sender``.
+    Broadcasts and presence events have no Micromessage2 form (skipped); so has a topic
+    that is not a Micromessage2 destination."""
+    kind = message.kind
+    if kind is Kind.MCAST:
+        destination = message.topic or ""
+    elif kind is Kind.UCAST:
+        destination = "@" + message.sender
+    else:
+        return None
+    try:
+        properties = message.properties or ()
+        frame = codec.MessageFrame(1, destination, message.payload, properties)
+        encoded = codec.encode_message(frame)
+    except (ValueError, TypeError):
+        return None
+    # seq 1 was a placeholder the encoder accepts; 0 marks it as "to be numbered"
+    return _zero_seqs(encoded)
+
+
+def _zero_seqs(data: bytes) -> bytes:
+    out = bytearray(data)
+    for start, _end in _frames(out):
+        out[start + 1 : start + 3] = b"\x00\x00"
+    return bytes(out)
+
+
+def _frames(data: bytes | bytearray) -> list[tuple[int, int]]:
+    """(start, end) of each MESSAGE frame in ``data`` (frames we encoded ourselves)."""
+    spans = []
+    pos, size = 0, len(data)
+    while pos < size:
+        flags = data[pos]
+        at = pos + 3
+        at += 1 + data[at]  # destination
+        at += 2 + int.from_bytes(data[at : at + 2], "big")  # properties
+        if flags & LARGE:
+            length, at = int.from_bytes(data[at : at + 4], "big"), at + 4
+        else:
+            length, at = data[at], at + 1
+        spans.append((pos, at + length))
+        pos = at + length
+    return spans
+
+
+def _messages(data: bytes) -> list[bytes]:
+    """``data`` (one or several messages' frames) cut into one piece per message (a
+    message's CONTINUED fragments stay together)."""
+    pieces, start = [], 0
+    for frame_start, end in _frames(data):
+        if not data[frame_start] & CONTINUED:
+            pieces.append(data[start:end])
+            start = end
+    return pieces
+
+
+def _numbered(piece: bytes, seq: int) -> bytes:
+    """``piece`` (a message's frames) with ``seq`` written into each frame."""
+    number = seq.to_bytes(2, "big")
+    spans = _frames(piece)
+    if len(spans) == 1:
+        return piece[:1] + number + piece[3:]
+    out = bytearray(piece)
+    for start, _end in spans:
+        out[start + 1 : start + 3] = number
+    return bytes(out)
+
+
+# -- the protocol ----------------------------------------------------------------------------------
+
+
+class MM2ServerProtocol(BrokerProtocol):
+    """One Micromessage2 connection."""
+
+    name = "mm2"
+    encode = staticmethod(encode_delivery)
+
+    def connectionMade(self) -> None:
+        super().connectionMade()  # the session, and the login timer: the handshake's
+        factory: Any = self.factory
+        self.registry: Registry = factory.registry
+        self._handshake: codec.HandshakeDecoder | None = codec.HandshakeDecoder()
+        self._hello: codec.Handshake | None = None
+        self._reply: codec.Handshake | None = None
+        self._frames = codec.FrameDecoder(factory.max_payload)
+        self._reassembler = codec.Reassembler(factory.max_message)
+        self._closing = False
+        self.minor = codec.MINOR
+        self.active = codec.ActiveExtensions()
+        self.handlers: dict[int, ExtensionHandler] = {}
+        self._commands: dict[str, ExtensionHandler] = {}
+        self._incoming: list[ExtensionHandler] = []
+        self._after_chunk: list[Any] = []
+        #: the last sequence number received, and the last one sent (0: none yet)
+        self.seq_in = 0
+        self.seq_out = 0
+        #: whether our numbers went round (then every number was sent once)
+        self.wrapped = False
+        #: flow control: at most ``window`` messages unacknowledged (None: no limit)
+        self.window: int | None = None
+        #: sent, not yet acknowledged: (seq, queue message and group, or None), oldest first
+        self.unacked: deque[tuple[int, Any]] = deque()
+        #: messages waiting for the window to open, and their bytes
+        self._held: deque[tuple[bytes, Any]] = deque()
+        self._held_bytes = 0
+        self._write = self.session.send
+        self.session.send = self._deliver
+        self.session.ready = self._ready
+        self.session.deliver_queued = self._deliver_queued
+
+    # -- input --------------------------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            if self._handshake is not None:
+                data = self._handshake_data(data)
+            if self._handshake is None and data:
+                for frame in self._frames.feed(data):
+                    self._frame(frame)
+                    if self._closing:
+                        break
+            for callback in self._after_chunk:
+                callback()
+            self._after_chunk.clear()
+        except RemoteProtocolError as e:
+            self.protocol_error(str(e))
+        self.broker.batcher.flush()
+
+    def _handshake_data(self, data: bytes) -> bytes:
+        """Feed the handshake; the bytes after it (frames) are returned once it is done."""
+        decoder = self._handshake
+        assert decoder is not None
+        step = decoder.feed(data)
+        if step is None:
+            return b""
+        if isinstance(step, codec.ErrorFrame):
+            self._refused_by_peer(step.text)
+            return b""
+        if self._hello is None:
+            self._hello = step
+            self._answer_hello(step)
+            if self._closing:
+                return b""
+            self._handshake = codec.HandshakeDecoder()
+            rest = decoder.trailing_data
+            return self._handshake_data(rest) if rest else b""
+        self._confirmed(step)
+        self._handshake = None
+        return decoder.trailing_data
+
+    def _answer_hello(self, hello: codec.Handshake) -> None:
+        self.minor = codec.negotiate_minor(hello)  # major 1 only
+        if not hello.identity:
+            raise RemoteProtocolError("an identity is required")
+        codec.check_required(hello.required, self.registry.names)
+        reply = codec.Handshake(
+            SERVER_IDENTITY, self.registry.required(), self.registry.offered(), minor=codec.MINOR
+        )
+        self._reply = reply
+        self.session.reply(codec.encode_handshake(reply))
+
+    def _confirmed(self, confirm: codec.Handshake) -> None:
+        assert self._hello is not None
+        assert self._reply is not None
+        active = codec.check_confirm(self._hello, self._reply, confirm, self.registry.names)
+        if not self._login(confirm.identity):
+            return
+        self.active = active
+        for ext_id, extension in enumerate(active.extensions, 1):
+            spec = self.registry.specs[extension.name]
+            handler = spec.factory(ExtensionContext(self, extension, ext_id))
+            self.handlers[ext_id] = handler
+            for command in spec.commands:
+                self._commands[command] = handler
+            if type(handler).incoming is not ExtensionHandler.incoming:
+                self._incoming.append(handler)
+
+    def _login(self, identity: str) -> bool:
+        names = self.peer_certificate_names()
+        enabled = self.broker.enabled_schemes
+        scheme = "cert" if names is not None and "cert" in enabled else "open"
+        request = LoginRequest("mm2", identity, scheme, None, self.session.host, names)
+        result = self.broker.login(self.session, request)
+        if not isinstance(result, Accept):
+            self.protocol_error("login refused")
+            return False
+        self.logged_in()
+        return True
+
+    def _frame(self, frame: codec.Frame) -> None:
+        kind = type(frame)
+        if kind is codec.MessageFrame:
+            self._message(frame)  # type: ignore[arg-type]
+        elif kind is codec.ExtensionFrame:
+            handler = self.handlers.get(frame.ext_id)  # type: ignore[union-attr]
+            if handler is None:
+                raise RemoteProtocolError(f"EXTENSION frame for inactive id {frame.ext_id}")  # type: ignore[union-attr]
+            handler.extension_frame(frame.payload)  # type: ignore[union-attr]
+        elif kind is codec.Command:
+            handler = self._commands.get(frame.name)  # type: ignore[union-attr]
+            if handler is None:
+                raise RemoteProtocolError(f"unknown command {frame.name[:40]!r}")  # type: ignore[union-attr]
+            handler.command(frame)  # type: ignore[arg-type]
+        else:  # ErrorFrame: the client gives up
+            self._refused_by_peer(frame.text)  # type: ignore[union-attr]
+
+    def _message(self, frame: codec.MessageFrame) -> None:
+        if not self._reassembler.in_progress:
+            expected = codec.next_seq(self.seq_in)
+            if frame.seq != expected:
+                raise RemoteProtocolError(f"MESSAGE {frame.seq} where {expected} was due")
+            self.seq_in = frame.seq
+        whole = self._reassembler.feed(frame)
+        if whole is None:
+            return
+        for handler in self._incoming:
+            changed = handler.incoming(whole)
+            if changed is None:
+                return
+            whole = changed
+        self._route(whole)
+
+    def _route(self, frame: codec.MessageFrame) -> None:
+        session = self.session
+        identity: str = session.identity  # type: ignore[assignment]
+        properties = dict(frame.properties) or None
+        destination = frame.destination
+        if destination.startswith("@"):
+            message = Message(Kind.UCAST, identity, "mm2", destination[1:], frame.payload,
+                              properties)  # fmt: skip
+            try:
+                self.hub.unicast(message)
+            except NoSuchIdentity:
+                log.debug("mm2 {who}: unicast to absent {to}", who=identity, to=destination)
+            return
+        broker = self.broker
+        if broker.authorizes and not broker.authorize(session, "publish", destination):
+            raise RemoteProtocolError(f"not allowed to publish to {destination[:40]!r}")
+        message = Message(Kind.MCAST, identity, "mm2", destination, frame.payload, properties)
+        self.hub.multicast(session, message)
+
+    def after_chunk(self, callback: Any) -> None:
+        """Run ``callback`` once, after the frames of the chunk being read (acks)."""
+        if callback not in self._after_chunk:
+            self._after_chunk.append(callback)
+
+    # -- output -------------------------------------------------------------------------------
+
+    def send_frame(self, frame: codec.Frame) -> None:
+        self.session.reply(codec.encode_frame(frame))
+
+    def send_extension_frame(self, ext_id: int, payload: bytes) -> None:
+        self.session.reply(codec.encode_frame(codec.ExtensionFrame(ext_id, payload)))
+
+    def _deliver(self, data: bytes, queued: Any = None) -> None:
+        """What the hub sends (one or several messages' frames, seq 0): numbered and
+        written while the window allows, held otherwise."""
+        for piece in _messages(data) if queued is None else (data,):
+            if self._held or not self._has_room():
+                self._hold(piece, queued)
+            else:
+                self._send_numbered(piece, queued)
+
+    def _deliver_queued(self, frame: bytes, message: Message, group: Any) -> None:
+        self._deliver(frame, (message, group) if self.window is not None else None)
+
+    def _ready(self) -> bool:
+        return not self._held and self._has_room()
+
+    def _has_room(self) -> bool:
+        return self.window is None or len(self.unacked) < self.window
+
+    def _send_numbered(self, piece: bytes, queued: Any) -> None:
+        self.seq_out = seq = codec.next_seq(self.seq_out)
+        if seq == codec.SEQ_CYCLE:
+            self.wrapped = True
+        if self.window is not None:
+            self.unacked.append((seq, queued))
+        self._write(_numbered(piece, seq))
+
+    def _hold(self, piece: bytes, queued: Any) -> None:
+        self._held.append((piece, queued))
+        self._held_bytes += len(piece)
+        if self._held_bytes > self.broker.config.max_backlog:
+            self.session.stats.dropped += len(self._held)
+            self.session.close("slow consumer")
+
+    def acked(self, seq: int) -> None:
+        """The client acknowledged every message up to ``seq``: the window opens."""
+        unacked = self.unacked
+        if not unacked:
+            return
+        count = codec.acked_count(unacked[0][0], len(unacked), seq)
+        for _ in range(count):
+            unacked.popleft()
+        if count:
+            self.resume_output()
+
+    def resume_output(self) -> None:
+        held = self._held
+        while held and self._has_room():
+            piece, queued = held.popleft()
+            self._held_bytes -= len(piece)
+            self._send_numbered(piece, queued)
+        if not held and self.window is not None and self.session.subscriptions:
+            self.hub.ready(self.session)  # queue groups may have waiting messages for us
+
+    # -- errors and closing -------------------------------------------------------------------
+
+    def protocol_error(self, text: str) -> None:
+        """An ERROR frame with ``text``, then close (DECISIONS.md)."""
+        if self._closing:
+            return
+        log.debug("mm2 {host}: {text}", host=self.session.host, text=text)
+        self.session.reply(codec.encode_frame(codec.ErrorFrame(text[:1000])))
+        self.session.close(f"protocol error: {text}")
+
+    def _refused_by_peer(self, text: str) -> None:
+        log.debug("mm2 {host}: the client sent ERROR {text!r}", host=self.session.host, text=text)
+        self.session.close("closed by peer")
+
+    def close_connection(self, reason: str) -> None:
+        self._closing = True
+        super().close_connection(reason)
+
+    def send_keepalive(self) -> None:
+        """Micromessage2 has no heartbeat: an idle connection stays open."""
+
+    def logged_in(self) -> None:
+        if self._login_timer is not None and self._login_timer.active():
+            self._login_timer.cancel()
+        self._login_timer = None  # no keepalive: the protocol has none
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self._closing = True
+        for handler in self.handlers.values():
+            handler.closed()
+        super().connectionLost(reason)
+        # queue messages never acknowledged go to another member of their group
+        pending = [q for _seq, q in self.unacked if q is not None]
+        pending += [q for _piece, q in self._held if q is not None]
+        self.unacked.clear()
+        self._held.clear()
+        for message, group in pending:
+            self.hub.stats.delivered += group.redeliver(message)
