@@ -24,6 +24,7 @@ from .codec import (
     Subscribe,
     batch_ack_max_count,
     encode_properties,
+    parse_extension_list,
     parse_filter,
 )
 from .properties import is_valid_name
@@ -109,9 +110,22 @@ class Message:
 # -- the handshake's step 3 -----------------------------------------------------------------
 
 
+def _extension(item: ExtensionSpec) -> Extension:
+    if not isinstance(item, str):
+        return item
+    try:
+        parsed = parse_extension_list(item)
+    except RemoteProtocolError as e:
+        raise ValueError(str(e)) from None
+    if len(parsed) != 1:
+        raise ValueError(f"not one extension: {item!r}")
+    return parsed[0]
+
+
 def as_extensions(items: Iterable[ExtensionSpec]) -> tuple[Extension, ...]:
-    """Extensions from names or :class:`Extension` values; ValueError for a name twice."""
-    out = tuple(Extension(item) if isinstance(item, str) else item for item in items)
+    """Extensions from :class:`Extension` values or their text (``"batch-ack"``,
+    ``"batch-ack:max-count=50"``); ValueError for a bad one or a name twice."""
+    out = tuple(_extension(item) for item in items)
     names = [ext.name for ext in out]
     if len(set(names)) != len(names):
         raise ValueError(f"an extension given twice: {names}")

@@ -1,0 +1,377 @@
+"""Shared infrastructure of the Micromessage2 client tests (``test_client_*.py``).
+
+Timers and windows of the Twisted protocol are driven with a ``Clock`` and a
+``StringTransport`` (:class:`Wire`, playing the server by hand with the codec). Everything
+on real sockets runs against :class:`FakeServer`, a small Micromessage2 server built here on
+the codec (not the broker), in the session-wide reactor thread
+(:func:`tests.ssmp.e2e_support.reactor_thread`): it answers the handshake as configured
+(or refuses it with an ERROR frame), checks step 3 with the codec's ``check_confirm``,
+routes MESSAGE frames to subscribers (filters and ``@identity`` unicasts included), keeps
+each connection's ack window as the sender, and acknowledges what it receives at once
+unless told to hold its acks.
+
+Tests marked ``# real broker:`` exercise what the broker implements too; they run against
+the fake until the broker serves Micromessage2 to the test suite.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.error import ConnectionDone
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+
+from msgbroker.errors import RemoteProtocolError
+from msgbroker.filters import matches_all
+from msgbroker.plugins.mm2.blocking import BlockingMM2Client
+from msgbroker.plugins.mm2.client import MM2ClientProtocol, connect
+from msgbroker.plugins.mm2.codec import (
+    ActiveExtensions,
+    ErrorFrame,
+    Extension,
+    ExtensionFrame,
+    FrameDecoder,
+    Handshake,
+    HandshakeDecoder,
+    MessageFrame,
+    Reassembler,
+    Subscribe,
+    Unsubscribe,
+    ack_frame,
+    acked_count,
+    batch_ack_max_count,
+    check_confirm,
+    encode_frame,
+    encode_handshake,
+    encode_message,
+    next_seq,
+    parse_ack,
+    parse_pubsub,
+)
+from tests.ssmp.e2e_support import WAIT, ReactorThread
+
+SUPPORTED = frozenset({"pubsub", "ack", "batch-ack", "json", "dotnet"})
+
+
+# -- a fake Micromessage2 server --------------------------------------------------------------
+
+
+class FakeConnection:
+    """One client connection of :class:`FakeServer` (lives in the reactor thread)."""
+
+    def __init__(self, server: FakeServer, proto: _FakeProtocol) -> None:
+        self.server = server
+        self.proto = proto
+        self.index = len(server.connections)
+        self.hello: Handshake | None = None
+        self.active = ActiveExtensions()
+        self.subscriptions: dict[str, tuple[Any, ...]] = {}
+        self.closed = False
+        self.seq = 0
+        self.window: int | None = None
+        self.oldest = 1
+        self.outstanding = 0
+        self.waiting: deque[tuple[MessageFrame, str | None]] = deque()
+        self.type_sent: str | None = None
+        self.type_received: str | None = None
+        self.reassembler = Reassembler()
+        #: seqs received from the client that the server has not acknowledged yet
+        self.unacked: list[int] = []
+
+    @property
+    def identity(self) -> str | None:
+        return None if self.hello is None else self.hello.identity
+
+    def write(self, data: bytes) -> None:
+        if not self.closed:
+            self.proto.transport.write(data)
+
+    def ready(self, active: ActiveExtensions) -> None:
+        self.active = active
+        windows = [1] if "ack" in active else []
+        batch = active.by_name("batch-ack")
+        if batch is not None:
+            windows.append(batch_ack_max_count(batch))
+        self.window = min(windows, default=None)
+
+    def deliver(self, frame: MessageFrame, type_name: str | None = None) -> None:
+        """Send a message (seq assigned here), or queue it while the window is full."""
+        self.waiting.append((frame, type_name))
+        self._drain()
+
+    def _drain(self) -> None:
+        while self.waiting and (self.window is None or self.outstanding < self.window):
+            frame, type_name = self.waiting.popleft()
+            dotnet = self.active.id_of("dotnet")
+            if dotnet is not None and type_name is not None and type_name != self.type_sent:
+                self.write(encode_frame(ExtensionFrame(dotnet, type_name.encode())))
+                self.type_sent = type_name
+            self.seq = next_seq(self.seq)
+            if self.window is not None:
+                if not self.outstanding:
+                    self.oldest = self.seq
+                self.outstanding += 1
+            self.write(encode_message(MessageFrame(self.seq, frame.destination, frame.payload,
+                                                   frame.properties)))  # fmt: skip
+
+    def acked(self, seq: int) -> None:
+        count = acked_count(self.oldest, self.outstanding, seq) if self.outstanding else 0
+        self.outstanding -= count
+        self.oldest = (self.oldest - 1 + count) % 0xFFFF + 1
+        self._drain()
+
+    def ack(self, seq: int | None = None) -> None:
+        """Acknowledge the client's messages up to ``seq`` (default: all received)."""
+        ack_id = self.active.id_of("ack") or self.active.id_of("batch-ack")
+        if ack_id is None or not self.unacked:
+            return
+        seq = self.unacked[-1] if seq is None else seq
+        del self.unacked[: self.unacked.index(seq) + 1]
+        self.write(encode_frame(ack_frame(ack_id, seq)))
+
+    def error(self, text: str) -> None:
+        """Send an ERROR frame and close, as a server does."""
+        self.write(encode_frame(ErrorFrame(text)))
+        self.proto.transport.loseConnection()
+
+
+class _FakeProtocol(Protocol):
+    def connectionMade(self) -> None:
+        self.server: FakeServer = self.factory.server
+        self.conn = FakeConnection(self.server, self)
+        self.server.connections.append(self.conn)
+        self.step = 1
+        self.handshake = HandshakeDecoder()
+        self.frames = FrameDecoder()
+        self.reply: Handshake | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        try:
+            self._received(data)
+        except RemoteProtocolError as e:
+            self.server.record(self.conn, ("refused", str(e)))
+            self.conn.error(str(e))
+
+    def _received(self, data: bytes) -> None:
+        while self.step in (1, 3):
+            message = self.handshake.feed(data)
+            if message is None:
+                return
+            self.server.record(self.conn, message)
+            data, self.handshake = self.handshake.trailing_data, HandshakeDecoder()
+            if isinstance(message, ErrorFrame):
+                return
+            if self.step == 1:
+                self.conn.hello = message
+                if self.server.refuse is not None:
+                    self.conn.error(self.server.refuse)
+                    return
+                self.reply = self.server.reply
+                self.conn.write(encode_handshake(self.reply))
+                self.step = 3
+            else:
+                assert self.conn.hello is not None and self.reply is not None
+                self.conn.ready(
+                    check_confirm(self.conn.hello, self.reply, message, self.server.supported)
+                )
+                self.step = 4
+        for frame in self.frames.feed(data):
+            self.server.record(self.conn, frame)
+            self.server.frame(self.conn, frame)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.conn.closed = True
+        self.server.record(self.conn, None)
+
+
+class FakeServer:
+    """A fake Micromessage2 server on a loopback port in ``thread``. Its step 2 is
+    ``identity``, ``required``, ``optional``, ``major``, ``minor``; ``refuse`` sends that
+    ERROR text instead. ``supported`` is what it accepts in step 3. ``hold_acks`` keeps it
+    from acknowledging what clients publish until a test calls ``conn.ack()``."""
+
+    def __init__(
+        self,
+        thread: ReactorThread,
+        *,
+        identity: str = "fake",
+        required: tuple[str | Extension, ...] = (),
+        optional: tuple[str | Extension, ...] = ("pubsub", "ack", "batch-ack", "json", "dotnet"),
+        major: int = 1,
+        minor: int = 1,
+        refuse: str | None = None,
+        supported: frozenset[str] = SUPPORTED,
+        hold_acks: bool = False,
+    ) -> None:
+        self.thread = thread
+        self.reply = Handshake(identity, required, optional, major, minor)
+        self.refuse = refuse
+        self.supported = supported
+        self.hold_acks = hold_acks
+        self.connections: list[FakeConnection] = []
+        #: (connection index, what it sent — a Handshake, a frame — or None once it ended)
+        self.log: list[tuple[int, Any]] = []
+        self._changed = threading.Condition()
+        self._port: Any = None
+        self.host = "127.0.0.1"
+        self.port = 0
+
+    def __enter__(self) -> FakeServer:
+        def listen() -> Any:
+            factory = Factory.forProtocol(_FakeProtocol)
+            factory.server = self
+            return self.thread.reactor.listenTCP(0, factory, interface="127.0.0.1")
+
+        self._port = self.thread.call(listen)
+        self.port = self._port.getHost().port
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        def stop() -> Any:
+            for conn in self.connections:
+                if not conn.closed:
+                    conn.proto.transport.loseConnection()
+            return self._port.stopListening()
+
+        self.thread.call(stop)
+
+    def record(self, conn: FakeConnection, item: Any) -> None:
+        with self._changed:
+            self.log.append((conn.index, item))
+            self._changed.notify_all()
+
+    def wait(self, predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
+        """Wait (in the test's thread) until ``predicate()`` is true; its value."""
+        with self._changed:
+            result = self._changed.wait_for(predicate, timeout)
+        assert result, "the fake server did not see what was expected in time"
+        return result
+
+    def sent(self, kind: type, conn: int | None = None) -> list[Any]:
+        """What clients sent of type ``kind`` (frames, handshakes), in order."""
+        return [m for i, m in list(self.log) if type(m) is kind and conn in (None, i)]
+
+    def ended(self, conn: int = 0) -> bool:
+        return (conn, None) in self.log
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.thread.call(fn, *args)
+
+    # -- routing (reactor thread) -------------------------------------------------------------
+
+    def frame(self, conn: FakeConnection, frame: Any) -> None:
+        if isinstance(frame, MessageFrame):
+            whole = conn.reassembler.feed(frame)
+            if whole is None:
+                return
+            conn.unacked.append(whole.seq)
+            self.route(conn, whole, conn.type_received)
+            if not self.hold_acks:
+                conn.ack()
+        elif isinstance(frame, ExtensionFrame):
+            name = conn.active.get(frame.ext_id)
+            if name is not None and name.name in ("ack", "batch-ack"):
+                conn.acked(parse_ack(frame))
+            elif name is not None and name.name == "dotnet":
+                conn.type_received = frame.payload.decode()
+        elif not isinstance(frame, ErrorFrame):
+            request = parse_pubsub(frame)
+            if isinstance(request, Subscribe):
+                conn.subscriptions[request.destination] = request.filters
+            elif isinstance(request, Unsubscribe):
+                conn.subscriptions.pop(request.destination, None)
+
+    def route(self, conn: FakeConnection, message: MessageFrame, type_name: str | None) -> None:
+        if message.destination.startswith("@"):
+            targets = [c for c in self.connections if c.identity == message.destination[1:]]
+            destination = f"@{conn.identity}"
+        else:
+            props = dict(message.properties)
+            targets = [
+                c
+                for c in self.connections
+                if c is not conn
+                and message.destination in c.subscriptions
+                and matches_all(c.subscriptions[message.destination], props)
+            ]
+            destination = message.destination
+        for target in targets:
+            if not target.closed:
+                frame = MessageFrame(1, destination, message.payload, message.properties)
+                target.deliver(frame, type_name)
+
+
+def twisted_client(server: FakeServer, **options: Any) -> Any:
+    """Connect from the reactor thread; the ready protocol."""
+    thread = server.thread
+    return thread.call(lambda: connect(thread.reactor, server.host, server.port, **options))
+
+
+def blocking_client(server: FakeServer, **options: Any) -> BlockingMM2Client:
+    options.setdefault("timeout", WAIT)
+    return BlockingMM2Client(server.host, server.port, **options)
+
+
+# -- Twisted, on a Clock and a StringTransport ----------------------------------------------------
+
+
+class Wire:
+    """An :class:`MM2ClientProtocol` on a StringTransport and a Clock; the test plays the
+    server with the codec."""
+
+    def __init__(self, **options: Any) -> None:
+        options.setdefault("identity", "alice")
+        self.clock = Clock()
+        self.proto = MM2ClientProtocol(clock=self.clock, **options)
+        self.transport = StringTransport()
+        self._frames = FrameDecoder()
+        self.proto.makeConnection(self.transport)
+        self.hello = self.read_handshake()
+        self.confirm: Handshake | None = None
+
+    def read_handshake(self) -> Handshake:
+        decoder = HandshakeDecoder()
+        message = decoder.feed(self.transport.value())
+        assert isinstance(message, Handshake)
+        self.transport.clear()
+        self._frames.receive_data(decoder.trailing_data)  # frames written right after it
+        return message
+
+    def handshake(self, reply: Handshake | None = None) -> Handshake:
+        """Send step 2 (default: offers everything, requires nothing); the client's step 3."""
+        reply = reply or Handshake("srv", (), ("pubsub", "ack", "batch-ack", "json", "dotnet"))
+        self.proto.dataReceived(encode_handshake(reply))
+        self.confirm = self.read_handshake()
+        return self.confirm
+
+    def sent(self) -> list[Any]:
+        """The frames the client wrote since the last call."""
+        data = self.transport.value()
+        self.transport.clear()
+        return list(self._frames.feed(data))
+
+    def feed(self, *frames: Any) -> None:
+        self.proto.dataReceived(b"".join(encode_frame(f) for f in frames))
+
+    def lose(self) -> None:
+        self.proto.connectionLost(Failure(ConnectionDone("gone")))
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.transport.disconnecting)
+
+
+def result(d: Any) -> Any:
+    """The result of a Deferred that has fired (raising its failure)."""
+    box: list[Any] = []
+    d.addBoth(box.append)
+    assert box, "the Deferred has not fired"
+    if isinstance(box[0], Failure):
+        box[0].raiseException()
+    return box[0]
