@@ -7,8 +7,9 @@
   MESSAGEs with cumulative u16 acks and we stop at the window; we acknowledge the client's
   once per chunk read. An ack for a number never sent is a protocol error.
 - ``json``: the client's payloads must parse as JSON.
-- ``dotnet``: the client may send the type of the next MESSAGEs in an EXTENSION frame
-  (read; the type does not travel on to subscribers yet).
+- ``dotnet``: the client may send the type of the next MESSAGEs in an EXTENSION frame; the
+  type travels with them, and a subscriber with ``dotnet`` gets its own type frame before a
+  message whose type differs from the last it received.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from msgbroker.errors import (
 
 from . import codec
 from .extensions import ExtensionContext, ExtensionHandler, ExtensionSpec
+from .protocol import DOTNET_HINT
 
 
 class PubSub(ExtensionHandler):
@@ -100,15 +102,20 @@ class Json(ExtensionHandler):
 
 
 class DotNet(ExtensionHandler):
-    """Keeps the last type the client named (the receiver keeps the last type)."""
+    """The client names the type of its next MESSAGEs in an EXTENSION frame; the type
+    travels with each message (``Message.encoding``) until it names another, and reaches
+    subscribers with ``dotnet`` active as their own type frame, only when it changes."""
 
-    type_name: str | None = None
+    def __init__(self, context: ExtensionContext) -> None:
+        super().__init__(context)
+        context.connection.dotnet_id = context.ext_id
 
     def extension_frame(self, payload: bytes) -> None:
         try:
-            self.type_name = payload.decode("utf-8")
+            name = payload.decode("utf-8")
         except UnicodeDecodeError:
             raise RemoteProtocolError("dotnet type name is not UTF-8") from None
+        self.context.connection.encoding_hint = DOTNET_HINT + name
 
 
 BUILTIN: tuple[ExtensionSpec, ...] = (

@@ -28,7 +28,7 @@ from msgbroker.message import Kind, Message
 
 from . import codec
 from .extensions import ExtensionContext, ExtensionHandler, Registry
-from .frames import CONTINUED, LARGE
+from .frames import CONTINUED, EXTENSION, LARGE
 
 log = Logger(namespace="msgbroker.mm2")
 
@@ -58,55 +58,89 @@ def encode_delivery(message: Message) -> bytes | None:
     except (ValueError, TypeError):
         return None
     # seq 1 was a placeholder the encoder accepts; 0 marks it as "to be numbered"
-    return _zero_seqs(encoded)
+    encoded = _zero_seqs(encoded)
+    hint = message.encoding
+    if hint is not None and hint.startswith(DOTNET_HINT):
+        # the type travels with the message: a marker each connection turns into its own
+        # dotnet frame, or drops (extension id 0 never goes on the wire)
+        return _extension_frame(0, hint[len(DOTNET_HINT) :].encode("utf-8")) + encoded
+    return encoded
+
+
+#: how a message carries its dotnet type through the hub (``Message.encoding``)
+DOTNET_HINT = "dotnet:"
+
+
+def _extension_frame(ext_id: int, payload: bytes) -> bytes:
+    size = len(payload)
+    if size > 255:
+        return bytes((EXTENSION | LARGE, ext_id)) + size.to_bytes(4, "big") + payload
+    return bytes((EXTENSION, ext_id, size)) + payload
 
 
 def _zero_seqs(data: bytes) -> bytes:
     out = bytearray(data)
-    for start, _end in _frames(out):
+    for start, _end, _is_message in _frames(out):
         out[start + 1 : start + 3] = b"\x00\x00"
     return bytes(out)
 
 
-def _frames(data: bytes | bytearray) -> list[tuple[int, int]]:
-    """(start, end) of each MESSAGE frame in ``data`` (frames we encoded ourselves)."""
+def _frames(data: bytes | bytearray) -> list[tuple[int, int, bool]]:
+    """(start, end, is a MESSAGE) of each frame in ``data`` (frames we encoded ourselves:
+    MESSAGEs, and type markers before them)."""
     spans = []
     pos, size = 0, len(data)
     while pos < size:
         flags = data[pos]
-        at = pos + 3
-        at += 1 + data[at]  # destination
-        at += 2 + int.from_bytes(data[at : at + 2], "big")  # properties
+        if flags & EXTENSION:
+            at = pos + 2
+        else:
+            at = pos + 3
+            at += 1 + data[at]  # destination
+            at += 2 + int.from_bytes(data[at : at + 2], "big")  # properties
         if flags & LARGE:
             length, at = int.from_bytes(data[at : at + 4], "big"), at + 4
         else:
             length, at = data[at], at + 1
-        spans.append((pos, at + length))
+        spans.append((pos, at + length, not flags & EXTENSION))
         pos = at + length
     return spans
 
 
 def _messages(data: bytes) -> list[bytes]:
     """``data`` (one or several messages' frames) cut into one piece per message (a
-    message's CONTINUED fragments stay together)."""
+    message's CONTINUED fragments, and the type marker before it, stay together)."""
     pieces, start = [], 0
-    for frame_start, end in _frames(data):
-        if not data[frame_start] & CONTINUED:
+    for frame_start, end, is_message in _frames(data):
+        if is_message and not data[frame_start] & CONTINUED:
             pieces.append(data[start:end])
             start = end
     return pieces
 
 
 def _numbered(piece: bytes, seq: int) -> bytes:
-    """``piece`` (a message's frames) with ``seq`` written into each frame."""
+    """``piece`` (a message's frames) with ``seq`` written into each MESSAGE frame."""
     number = seq.to_bytes(2, "big")
     spans = _frames(piece)
     if len(spans) == 1:
         return piece[:1] + number + piece[3:]
     out = bytearray(piece)
-    for start, _end in spans:
-        out[start + 1 : start + 3] = number
+    for start, _end, is_message in spans:
+        if is_message:
+            out[start + 1 : start + 3] = number
     return bytes(out)
+
+
+def _type_marker(piece: bytes) -> tuple[str | None, bytes]:
+    """(the dotnet type a piece's marker names or None, the piece without the marker)."""
+    flags = piece[0]
+    if not flags & EXTENSION:
+        return None, piece
+    if flags & LARGE:
+        head, size = 6, int.from_bytes(piece[2:6], "big")
+    else:
+        head, size = 3, piece[2]
+    return piece[head : head + size].decode("utf-8"), piece[head + size :]
 
 
 # -- the protocol ----------------------------------------------------------------------------------
@@ -139,6 +173,11 @@ class MM2ServerProtocol(BrokerProtocol):
         self.seq_out = 0
         #: whether our numbers went round (then every number was sent once)
         self.wrapped = False
+        #: dotnet: its extension id, the last type we sent, and what the client's
+        #: messages carry (set by the dotnet extension)
+        self.dotnet_id: int | None = None
+        self._type: str | None = None
+        self.encoding_hint: str | None = None
         #: flow control: at most ``window`` messages unacknowledged (None: no limit)
         self.window: int | None = None
         #: sent, not yet acknowledged: (seq, queue message and group, or None), oldest first
@@ -270,9 +309,10 @@ class MM2ServerProtocol(BrokerProtocol):
         identity: str = session.identity  # type: ignore[assignment]
         properties = dict(frame.properties) or None
         destination = frame.destination
+        hint = self.encoding_hint
         if destination.startswith("@"):
             message = Message(Kind.UCAST, identity, "mm2", destination[1:], frame.payload,
-                              properties)  # fmt: skip
+                              properties, hint)  # fmt: skip
             try:
                 self.hub.unicast(message)
             except NoSuchIdentity:
@@ -281,7 +321,7 @@ class MM2ServerProtocol(BrokerProtocol):
         broker = self.broker
         if broker.authorizes and not broker.authorize(session, "publish", destination):
             raise RemoteProtocolError(f"not allowed to publish to {destination[:40]!r}")
-        message = Message(Kind.MCAST, identity, "mm2", destination, frame.payload, properties)
+        message = Message(Kind.MCAST, identity, "mm2", destination, frame.payload, properties, hint)
         self.hub.multicast(session, message)
 
     def after_chunk(self, callback: Any) -> None:
@@ -316,6 +356,10 @@ class MM2ServerProtocol(BrokerProtocol):
         return self.window is None or len(self.unacked) < self.window
 
     def _send_numbered(self, piece: bytes, queued: Any) -> None:
+        type_name, piece = _type_marker(piece)
+        if type_name is not None and self.dotnet_id is not None and type_name != self._type:
+            self._type = type_name
+            self._write(_extension_frame(self.dotnet_id, type_name.encode("utf-8")))
         self.seq_out = seq = codec.next_seq(self.seq_out)
         if seq == codec.SEQ_CYCLE:
             self.wrapped = True

@@ -233,3 +233,32 @@ def test_a_third_party_extension_is_offered_and_sees_messages():
     assert "x-count" in [e.name for e in c.reply.optional]
     c.publish("t", b"counted")
     assert CountIncoming.seen == [b"counted"]
+
+
+def test_a_dotnet_type_travels_with_the_messages_to_dotnet_subscribers_only(broker):
+    typed = client(broker, "typed", optional=("pubsub", "json", "dotnet"))
+    plain = client(broker, "plain")
+    for c in (typed, plain):
+        c.subscribe("t")
+    pub = client(broker, "pub", optional=("pubsub", "dotnet"))
+    pub_dotnet = pub.active.id_of("dotnet")
+    pub.send(ExtensionFrame(pub_dotnet, b"Orders.Created, Orders"))
+    pub.publish("t", b"{}")
+    pub.publish("t", b"{}")  # same type: no second type frame
+    pub.send(ExtensionFrame(pub_dotnet, b"Orders.Shipped, Orders"))
+    pub.publish("t", b"{}")
+    own = typed.active.id_of("dotnet")  # 3 for this subscriber (json is 2), not pub's 2
+    assert own != pub_dotnet
+    assert typed.received() == [
+        ExtensionFrame(own, b"Orders.Created, Orders"),
+        MessageFrame(1, "t", b"{}"),
+        MessageFrame(2, "t", b"{}"),
+        ExtensionFrame(own, b"Orders.Shipped, Orders"),
+        MessageFrame(3, "t", b"{}"),
+    ]
+    assert plain.received() == [MessageFrame(i, "t", b"{}") for i in (1, 2, 3)]
+    ssmp = connect(broker, "ssmp")
+    ssmp.send(b"LOGIN s open x\nSUBSCRIBE t\n")
+    ssmp.received()
+    pub.publish("t", b"{}")
+    assert ssmp.received() == b"000 pub MCAST t {}\n"  # other protocols never see types
