@@ -262,3 +262,13 @@ def test_a_dotnet_type_travels_with_the_messages_to_dotnet_subscribers_only(brok
     ssmp.received()
     pub.publish("t", b"{}")
     assert ssmp.received() == b"000 pub MCAST t {}\n"  # other protocols never see types
+
+
+def test_a_run_of_pipelined_ssmp_mcasts_is_numbered_message_by_message(broker):
+    sub = client(broker, "sub", optional=("pubsub", "batch-ack:max-count=2"))
+    sub.subscribe("t")
+    ssmp = connect(broker, "ssmp")
+    ssmp.send(b"LOGIN s open x\n" + b"".join(b"MCAST t m%d\n" % i for i in range(4)))
+    assert sub.received() == [MessageFrame(1, "t", b"m0"), MessageFrame(2, "t", b"m1")]
+    sub.send(ExtensionFrame(sub.active.id_of("batch-ack"), (2).to_bytes(2, "big")))
+    assert sub.received() == [MessageFrame(3, "t", b"m2"), MessageFrame(4, "t", b"m3")]
