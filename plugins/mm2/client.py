@@ -134,7 +134,7 @@ def connect(
     try:
         yield proto.when_ready()
     except BaseException:
-        if not proto._lost:
+        if not proto._lost and proto.session.state != "closed":  # else it closes itself
             proto.transport.abortConnection()
         raise
     return proto

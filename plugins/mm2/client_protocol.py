@@ -289,6 +289,8 @@ class MM2ClientProtocol(Protocol):
         elif isinstance(event, Closed):
             log.info("MM2 client: the connection ends: {why}", why=str(event.error))
             self._failure = event.error
+            self._flush()  # our ERROR frame, if we refused, before anyone reacts
+            self.transport.loseConnection()
             self._fail_pending()
 
     def _ready(self) -> None:
