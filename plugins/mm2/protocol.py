@@ -237,9 +237,16 @@ class MM2ServerProtocol(BrokerProtocol):
         if not hello.identity:
             raise RemoteProtocolError("an identity is required")
         codec.check_required(hello.required, self.registry.names)
-        reply = codec.Handshake(
-            SERVER_IDENTITY, self.registry.required(), self.registry.offered(), minor=codec.MINOR
-        )
+        # "I suggest Y like you but also Z" (the spec): the client's optional extensions we
+        # support, as the client wrote them (its batch-ack window), then our own suggestions
+        required = self.registry.required()
+        taken = {ext.name for ext in required}
+        optional = []
+        for ext in (*hello.optional, *self.registry.offered()):
+            if ext.name in self.registry.names and ext.name not in taken:
+                taken.add(ext.name)
+                optional.append(ext)
+        reply = codec.Handshake(SERVER_IDENTITY, required, tuple(optional), minor=codec.MINOR)
         self._reply = reply
         self.session.reply(codec.encode_handshake(reply))
 

@@ -74,6 +74,14 @@ def test_the_server_answers_the_hello_with_its_extensions(broker):
     assert not conn.closed
 
 
+def test_the_reply_suggests_the_clients_supported_optional_extensions_like_it_then_ours(broker):
+    conn = connect(broker, "mm2")
+    optional = codec.parse_extension_list("json;x-unknown;batch-ack:max-count=100")
+    conn.send(codec.encode_handshake(Handshake("hulk", (), optional)))
+    reply = codec.HandshakeDecoder().feed(conn.received())
+    assert codec.encode_extension_list(reply.optional) == "json;batch-ack:max-count=100;pubsub"
+
+
 def test_an_unsupported_required_extension_is_an_error_frame_and_close(broker):
     conn = connect(broker, "mm2")
     conn.send(codec.encode_handshake(Handshake("hulk", ("x-foo",))))
