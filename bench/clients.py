@@ -12,6 +12,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from procs import HOST
@@ -170,6 +171,7 @@ class Received:
 def receive_counts(
     socks: list[socket.socket], expected_each: int, *, last_frame: bytes, idle_timeout: float,
     deadline: float, expected_stream: bytes | None = None, verify_streams: int = 10,
+    on_read: Callable[[int, socket.socket, int], None] | None = None,
 ) -> Received:
     """Read every socket until it has delivered ``expected_each`` bytes, counting bytes only.
 
@@ -178,7 +180,9 @@ def receive_counts(
     into a buffer of the expected size (no parsing, no extra copy) and compared with it once
     the clock has stopped; for the others only the final frame is compared with
     ``last_frame``.
-    Stops early after ``idle_timeout`` s without data or at ``deadline`` (monotonic)."""
+    Stops early after ``idle_timeout`` s without data or at ``deadline`` (monotonic).
+    ``on_read(index, sock, count)``, when given, runs after every read with that socket's
+    byte count so far (e.g. to acknowledge what arrived: :func:`cumulative_acker`)."""
     result = Received(expected_each, [0] * len(socks))
     if not socks:
         return result
@@ -236,6 +240,8 @@ def receive_counts(
                 result.reads += 1
                 count = entry[2] + n
                 entry[2] = count
+                if on_read is not None:
+                    on_read(entry[0], entry[1], count)
                 if window is None and count > expected_each - tail_len:
                     tail = entry[3]  # in place: ``received`` holds it
                     tail += view[:n]
@@ -266,6 +272,26 @@ def receive_counts(
             if result.first_bad is None:
                 result.first_bad = f"stream {index}, " + _first_difference(data, want)
     return result
+
+
+def cumulative_acker(
+    n_socks: int, frame_len: int, ack: Callable[[int], bytes], cycle: int = 0xFFFF
+) -> Callable[[int, socket.socket, int], None]:
+    """An ``on_read`` for :func:`receive_counts`: after each read, acknowledge every whole
+    frame received so far with one cumulative ack, ``ack(seq)`` where the ``k``-th message's
+    seq is ``(k - 1) % cycle + 1`` (every delivered frame of a run has ``frame_len`` bytes)."""
+    acked = [0] * n_socks
+
+    def on_read(index: int, sock: socket.socket, count: int) -> None:
+        k = count // frame_len
+        if k > acked[index]:
+            try:
+                sock.send(ack((k - 1) % cycle + 1))
+            except BlockingIOError:  # a few bytes on an idle send buffer: never seen; the
+                return  # next read acknowledges again (acked[index] is left as it was)
+            acked[index] = k
+
+    return on_read
 
 
 def _first_difference(got: bytes | bytearray, want: bytes) -> str:
@@ -340,12 +366,13 @@ class Publisher:
     """A forked process publishing ``data`` on the already logged-in ``sock``."""
 
     def __init__(self, sock: socket.socket, data: bytes, reply_bytes: int, timeout: float):
+        self._start(sock, _publisher_main, (sock, data, reply_bytes), timeout)
+
+    def _start(self, sock: socket.socket, target, args: tuple, timeout: float) -> None:
         self.stop_event = _fork.Event()
         self.parent, child = _fork.Pipe(duplex=False)
         self.proc = _fork.Process(
-            target=_publisher_main,
-            args=(sock, data, reply_bytes, child, self.stop_event, timeout),
-            daemon=True,
+            target=target, args=(*args, child, self.stop_event, timeout), daemon=True
         )
         self.proc.start()
         sock.close()  # the child holds its own copy
@@ -360,6 +387,99 @@ class Publisher:
             self.proc.terminate()
             self.proc.join(5.0)
         return result
+
+
+def _windowed_main(sock, data, frame_len, window, ack_header, cycle, conn, stop, timeout) -> None:
+    """Send the frames of ``data`` (all ``frame_len`` bytes) with at most ``window`` of them
+    unacknowledged. The server answers only with cumulative acks: ``ack_header`` + u16 seq,
+    the seq of the ``k``-th message being ``(k - 1) % cycle + 1``; only the last complete
+    ack of a read matters. Done when every message is acknowledged."""
+    #: window_full: how many times the publisher filled the window and had to wait for an ack
+    result: dict = {"sent": 0, "replies": 0, "acks": 0, "window_full": 0, "error": None}
+    try:
+        sock.setblocking(False)
+        view = memoryview(data)
+        messages = len(data) // frame_len
+        ack_len = len(ack_header) + 2
+        sent = 0  # bytes
+        acked = 0  # messages
+        got = 0
+        acks = 0
+        full = 0
+        pending = bytearray()
+        rbuf = bytearray(1 << 16)
+        ep = select.epoll()
+        ep.register(sock.fileno(), select.EPOLLIN)
+        want_out = False
+        deadline = time.monotonic() + timeout
+        t0 = time.perf_counter()
+        while acked < messages and time.monotonic() < deadline:
+            # send what the window allows (it fits an idle send buffer: rarely blocks)
+            limit = min(messages, acked + window) * frame_len
+            if sent < limit:
+                with contextlib.suppress(BlockingIOError):
+                    sent += sock.send(view[sent:limit])
+                if sent == limit < len(data):
+                    full += 1  # the window is full: wait for an ack
+            blocked = sent < limit
+            if blocked != want_out:
+                want_out = blocked
+                ep.modify(sock.fileno(), select.EPOLLIN | (select.EPOLLOUT if blocked else 0))
+            events = ep.poll(0.2)
+            if not events or not events[0][1] & select.EPOLLIN:
+                continue
+            try:
+                n = sock.recv_into(rbuf)
+            except BlockingIOError:
+                continue
+            if n == 0:
+                result["error"] = "server closed the publisher's connection"
+                break
+            got += n
+            pending += rbuf[:n]
+            complete = len(pending) // ack_len * ack_len
+            if not complete:
+                continue
+            acks += complete // ack_len
+            last = bytes(pending[complete - ack_len : complete])
+            del pending[:complete]
+            if not last.startswith(ack_header):
+                result["error"] = f"not an ack: {last!r}"
+                break
+            seq = int.from_bytes(last[-2:], "big")
+            # steps from the oldest unacknowledged message to the acked one, across the wrap
+            new = acked + (seq - (acked % cycle + 1)) % cycle + 1
+            if new > sent // frame_len:
+                result["error"] = (f"ack {seq} beyond what was sent ({sent // frame_len} "
+                                   f"messages, {acked} acknowledged)")
+                break
+            acked = new
+        result["send_seconds"] = time.perf_counter() - t0
+        if acked < messages and not result["error"]:
+            result["error"] = f"only {acked} of {messages} messages acknowledged in {timeout} s"
+        result.update(sent=sent, replies=got, acks=acks, acked=acked, window_full=full)
+        times = os.times()
+        result["cpu_seconds"] = times.user + times.system
+        ep.close()
+    except Exception as e:  # reported to the parent, never raised in the child
+        result["error"] = f"{type(e).__name__}: {e}"
+    conn.send(result)
+    stop.wait(timeout)
+    sock.close()
+
+
+class WindowedPublisher(Publisher):
+    """A forked process publishing ``data`` (frames of ``frame_len`` bytes) on the already
+    logged-in ``sock``, at most ``window`` messages unacknowledged (Micromessage2
+    batch-ack): it sends up to the window, reads the server's cumulative acks
+    (``ack_header`` + u16 seq, seqs going round 1..``cycle``), sends more."""
+
+    def __init__(self, sock: socket.socket, data: bytes, frame_len: int, window: int,
+                 ack_header: bytes, timeout: float, cycle: int = 0xFFFF):
+        if len(data) % frame_len:
+            raise ValueError("the frames must all be frame_len bytes")
+        self._start(sock, _windowed_main,
+                    (sock, data, frame_len, window, ack_header, cycle), timeout)
 
 
 # -- echo: a child process that answers every message ------------------------------------

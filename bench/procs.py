@@ -198,16 +198,16 @@ class Server:
 
 class Broker(Server):
     """``twistd -n msgbroker`` with an SSMP listener on loopback (and with ``stmp``, an STMP
-    binary TCP one too) and ``open`` login."""
+    binary TCP one too; with ``mm2``, a Micromessage2 one) and ``open`` login."""
 
     kind = "ssmp"
 
     def __init__(
         self, python: str, log: Path, cpus: set[int] | None, extra: list[str],
-        timeout: float = 30.0, stmp: bool = False,
+        timeout: float = 30.0, stmp: bool = False, mm2: bool = False,
     ) -> None:
         self.log = log
-        listeners = ["ssmp", "stmp"] if stmp else ["ssmp"]
+        listeners = ["ssmp"] + (["stmp"] if stmp else []) + (["mm2"] if mm2 else [])
         argv = [
             python, "-c", "from twisted.scripts.twistd import run; run()",
             "-n", "--pidfile=", "msgbroker",

@@ -1,8 +1,10 @@
-"""msgbroker benchmark harness: SSMP (and STMP) on msgbroker against MQTT 3.1.1 QoS 0 on Mosquitto.
+"""msgbroker benchmark harness: SSMP (and STMP, Micromessage2) on msgbroker against MQTT 3.1.1
+QoS 0 on Mosquitto.
 
-    python bench/run.py [--only ssmp|mosquitto|stmp]
+    python bench/run.py [--only ssmp|mosquitto|stmp|mm2]
                         [--scenarios mcast,fanout,latency,stalled,idle,
-                                     stmp-mcast,stmp-fanout,stmp-cross]
+                                     stmp-mcast,stmp-fanout,stmp-cross,
+                                     mm2-mcast,mm2-ack,mm2-fanout]
                         [--quick] [--repeat N] [--profile] [--python PATH]
 
 Starts each server as a separate process (a fresh one per scenario), pinned to one core,
@@ -27,34 +29,44 @@ import procs
 import scenarios
 from clients import BenchError
 from profile_summary import format_summary, summarize, to_speedscope
-from wire import PROTOCOLS, check_stmp_against_codec
+from wire import PROTOCOLS, check_mm2_against_codec, check_stmp_against_codec
 
 HERE = Path(__file__).resolve().parent
 ALIASES = {"1": "mcast", "2": "fanout", "3": "latency", "4": "stalled", "5": "idle",
-           "6": "stmp-mcast", "7": "stmp-fanout", "8": "stmp-cross", "stmp": "stmp-all"}
+           "6": "stmp-mcast", "7": "stmp-fanout", "8": "stmp-cross", "stmp": "stmp-all",
+           "9": "mm2-mcast", "10": "mm2-ack", "11": "mm2-fanout", "mm2": "mm2-all"}
 TARGETS = {
     ("mcast", "deliveries_per_s"): 1.5,
     ("fanout", "deliveries_per_s"): 5.0,
     # issue 3: STMP binary publish 1->1 >= 1.2x Mosquitto, fan-out 1->100 >= 4x
     ("stmp-mcast", "deliveries_per_s"): 1.2,
     ("stmp-fanout", "deliveries_per_s"): 4.0,
+    # issue 4: Micromessage2 publish 1->1 >= 1.2x Mosquitto without acks, >= 0.8x with
+    # batch-ack (window 100) on both sides; fan-out: no target given, the ratio is reported
+    ("mm2-mcast", "deliveries_per_s"): 1.2,
+    ("mm2-ack", "deliveries_per_s"): 0.8,
 }
 #: issue 3: SSMP -> STMP costs at most this much more server CPU per delivery than STMP -> STMP
 CROSS_TARGET = 0.20
 DEFAULT_SCENARIOS = "mcast,fanout,latency,stalled,idle"
 STMP_SCENARIOS = ["stmp-mcast", "stmp-fanout", "stmp-cross"]
+MM2_SCENARIOS = ["mm2-mcast", "mm2-ack", "mm2-fanout"]
+#: aliases that stand for several scenarios
+GROUPS = {"stmp-all": STMP_SCENARIOS, "mm2-all": MM2_SCENARIOS}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--only", choices=["ssmp", "mosquitto", "stmp"],
-                   help="drive one server/protocol only (stmp: the STMP runs of 6-8)")
+    p.add_argument("--only", choices=["ssmp", "mosquitto", "stmp", "mm2"],
+                   help="drive one server/protocol only (stmp: the STMP runs of 6-8; mm2: "
+                        "the Micromessage2 runs of 9-11)")
     p.add_argument(
         "--scenarios", default=DEFAULT_SCENARIOS,
         help="comma-separated names or numbers (1 mcast, 2 fanout, 3 latency, 4 stalled, "
-             "5 idle, 6 stmp-mcast, 7 stmp-fanout, 8 stmp-cross; 'stmp' = 6,7,8) "
+             "5 idle, 6 stmp-mcast, 7 stmp-fanout, 8 stmp-cross, 9 mm2-mcast, 10 mm2-ack, "
+             "11 mm2-fanout; 'stmp' = 6,7,8, 'mm2' = 9,10,11) "
              f"[{DEFAULT_SCENARIOS}]",
     )
     p.add_argument("--quick", action="store_true", help="a tenth of every count (smoke test)")
@@ -84,6 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stmp-fanout-messages", type=int, help="scenario 7 count [10000]")
     p.add_argument("--cross-messages", type=int, help="scenario 8 count [200000]")
     p.add_argument("--cross-subscribers", type=int, help="scenario 8 STMP subscribers [10]")
+    p.add_argument("--mm2-mcast-messages", type=int, help="scenario 9 count [300000]")
+    p.add_argument("--mm2-ack-messages", type=int, help="scenario 10 count [300000]")
+    p.add_argument("--mm2-fanout-messages", type=int, help="scenario 11 count [10000]")
     p.add_argument("--topics", type=int, default=1,
                    help="scenarios 1, 2, 4: the publisher cycles through this many topics, "
                         "all subscribed by every subscriber, so no two consecutive messages "
@@ -98,7 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=60.0,
                    help="wait at most this long for that, then run anyway [60 s]; 0 = never")
     p.add_argument("--profile", action="store_true",
-                   help="py-spy record the broker during scenarios 1, 2, 6 and 7")
+                   help="py-spy record the broker during scenarios 1, 2, 6, 7, 9, 10, 11")
     p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s [250]")
     p.add_argument("--results", type=Path, default=HERE / "results",
                    help="where logs, JSON results and profiles go [bench/results]")
@@ -106,8 +121,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     names = []
     for raw in args.scenarios.split(","):
         item = ALIASES.get(raw.strip(), raw.strip())
-        if item == "stmp-all":
-            names += STMP_SCENARIOS
+        if item in GROUPS:
+            names += GROUPS[item]
             continue
         if item not in scenarios.SCENARIOS:
             p.error(f"unknown scenario {item!r}")
@@ -132,14 +147,14 @@ def cpu_sets(args: argparse.Namespace) -> tuple[set[int] | None, set[int] | None
 def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Server:
     log_dir = args.results / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
-    if kind in ("ssmp", "stmp", "ssmp->stmp"):
+    if kind in ("ssmp", "stmp", "ssmp->stmp", "mm2"):
         extra = list(args.broker_arg)
         if args.max_backlog:
             extra += ["--max-backlog", args.max_backlog]
         if args.slow_consumer:
             extra += ["--slow-consumer", args.slow_consumer]
         return procs.Broker(args.python, log_dir / f"broker-{tag}.log", server_cpus, extra,
-                            stmp=kind != "ssmp")
+                            stmp=kind in ("stmp", "ssmp->stmp"), mm2=kind == "mm2")
     binary = procs.find_mosquitto(args.mosquitto)
     if binary is None:
         raise BenchError("mosquitto not found (apt-get install -y mosquitto, or --mosquitto)")
@@ -159,7 +174,7 @@ def fmt(value: float) -> str:
 def describe(name: str, r: dict) -> str:
     if "error" in r:
         return f"FAILED: {r['error']}"
-    if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS):
+    if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS, *MM2_SCENARIOS):
         if "deliveries_per_s" not in r:
             return (f"INCOMPLETE: {r['completed_subscribers']}/{r['subscribers']} subscribers "
                     f"complete, {r['delivered']:,} of {r['messages'] * r['subscribers']:,} "
@@ -171,7 +186,7 @@ def describe(name: str, r: dict) -> str:
         per_sub = f", per subscriber {fmt(r['per_subscriber_per_s'])} msgs/s"
         text = (f"{fmt(r['deliveries_per_s'])} {unit} ({r['elapsed_s']:.3f} s"
                 f"{per_sub if not one else ''})")
-        if name in STMP_SCENARIOS:
+        if name in STMP_SCENARIOS or name in MM2_SCENARIOS:
             text += (f"; from the publisher's start {fmt(r['deliveries_per_s_from_start'])} "
                      f"{unit} ({r['from_start_s']:.3f} s)")
         if name == "stmp-cross":
@@ -182,6 +197,11 @@ def describe(name: str, r: dict) -> str:
                  f" publisher {100 * r['publisher_cpu_share']:.0f}%, anything else"
                  f" {100 * r['other_cpu_share']:.0f}% of a core;"
                  f" {fmt(r['bytes_per_read'])} B per read")
+        pub = r.get("publisher", {})
+        if r.get("ack_window") and pub.get("acks"):
+            text += (f"; window {r['ack_window']}: {pub['acks']:,} acks to the publisher "
+                     f"({r['messages'] / pub['acks']:.1f} messages each), it waited on a full "
+                     f"window {pub['window_full']:,} times")
         if not r["framing_ok"]:
             text += f" [WRONG BYTES ({r['verified']} checked): {r['first_mismatch']}]"
         if name == "stalled":
@@ -233,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         ("stmp_mcast_messages", "stmp_mcast_messages"),
         ("stmp_fanout_messages", "stmp_fanout_messages"),
         ("cross_messages", "cross_messages"), ("cross_subscribers", "cross_subscribers"),
+        ("mm2_mcast_messages", "mm2_mcast_messages"), ("mm2_ack_messages", "mm2_ack_messages"),
+        ("mm2_fanout_messages", "mm2_fanout_messages"),
     ]:
         if getattr(args, option):
             setattr(params, attr, getattr(args, option))
@@ -254,7 +276,14 @@ def main(argv: list[str] | None = None) -> int:
         mismatch = check_stmp_against_codec()
         if mismatch:
             print(f"WARNING: the harness's STMP frames differ from msgbroker's codec: {mismatch}")
+    if "mm2" in kinds:
+        mismatch = check_mm2_against_codec()
+        if mismatch:
+            print(f"WARNING: the harness's Micromessage2 frames differ from msgbroker's codec: "
+                  f"{mismatch}")
 
+    profiling = "; PROFILING msgbroker in 1, 2, 6, 7, 9-11 (perturbed figures)"
+    profiling = profiling if args.profile else ""
     print(f"msgbroker bench {stamp}: {' '.join(sys.argv)}")
     print(f"  host {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "
           f"python {platform.python_version()}; broker python {args.python}")
@@ -263,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
           f"RLIMIT_NOFILE {nofile}; "
           f"payload {params.payload_size} B; {params.topics} topic(s)"
           f"{'; QUICK' if args.quick else ''}"
-          f"{'; PROFILING msgbroker in 1, 2, 6, 7 (perturbed figures)' if args.profile else ''}")
+          f"{profiling}")
     if "mosquitto" in kinds:
         print(f"  mosquitto {procs.find_mosquitto(args.mosquitto)}, max_queued_messages "
               f"{args.mosquitto_queue_limit}")
@@ -320,7 +349,7 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
     around = None
     # the msgbroker runs of the throughput scenarios (not Mosquitto's, not stmp-cross's,
     # which measures server CPU itself)
-    if args.profile and kind in ("ssmp", "stmp") and name in PROFILED:
+    if args.profile and kind in ("ssmp", "stmp", "mm2") and name in PROFILED:
         around = _profiling(args, stamp, tag, profiles)
     try:
         with start_server(kind, args, server_cpus, stamp, tag) as server:
@@ -341,7 +370,7 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
     return r
 
 
-PROFILED = ("mcast", "fanout", "stmp-mcast", "stmp-fanout")
+PROFILED = ("mcast", "fanout", "stmp-mcast", "stmp-fanout", *MM2_SCENARIOS)
 
 
 def _profiling(args, stamp: str, tag: str, profiles: list[dict]):
@@ -383,11 +412,19 @@ SUMMARY = {
                      True)],
     "stmp-cross": [("server_cpu_per_delivery_us", "server CPU us per delivery", False),
                    ("deliveries_per_s", "deliveries/s", True)],
+    "mm2-mcast": [("deliveries_per_s", "msgs/s", True),
+                  ("deliveries_per_s_from_start", "msgs/s from the publisher's start", True)],
+    "mm2-ack": [("deliveries_per_s", "msgs/s", True),
+                ("deliveries_per_s_from_start", "msgs/s from the publisher's start", True)],
+    "mm2-fanout": [("deliveries_per_s", "deliveries/s", True),
+                   ("deliveries_per_s_from_start", "deliveries/s from the publisher's start",
+                    True)],
 }
 
 
 def _stmp_ratios(name: str, key: str, by_kind: dict) -> str:
-    """stmp/mosquitto and ssmp/mosquitto (6, 7); cross-protocol vs same-protocol (8)."""
+    """stmp/mosquitto and ssmp/mosquitto (6, 7), mm2/mosquitto and ssmp/mosquitto (9-11);
+    cross-protocol vs same-protocol (8)."""
     med = {kind: median_of(runs, key) for kind, runs in by_kind.items()}
     text = ""
     if name == "stmp-cross":
@@ -413,11 +450,12 @@ def _stmp_ratios(name: str, key: str, by_kind: dict) -> str:
     if not theirs:
         return text
     target = TARGETS.get((name, "deliveries_per_s"))
-    for kind in ("stmp", "ssmp"):
+    lead = "mm2" if name in MM2_SCENARIOS else "stmp"
+    for kind in (lead, "ssmp"):
         if med.get(kind) is not None:
             ratio = med[kind] / theirs
             text += f"; {kind}/mosquitto {ratio:.2f}x"
-            if kind == "stmp" and target:
+            if kind == lead and target:
                 text += f" (target >= {target}x: {'met' if ratio >= target else 'NOT met'})"
     return text
 
@@ -443,7 +481,7 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
         parts = [f"{kind} {_figure(runs, key, higher_better, repeat)}"
                  for kind, runs in by_kind.items()]
         line = f"    {label}: " + ", ".join(parts)
-        if name in STMP_SCENARIOS:
+        if name in STMP_SCENARIOS or name in MM2_SCENARIOS:
             line += _stmp_ratios(name, key, by_kind)
         elif set(by_kind) == {"ssmp", "mosquitto"}:
             ours = median_of(by_kind["ssmp"], key)

@@ -2,7 +2,10 @@
 figures; none of them knows which server it drives. The STMP ones (stmp-mcast, stmp-fanout,
 stmp-cross) are scenarios 1 and 2 with their own counts, driven with the STMP wire protocol
 (and Mosquitto/SSMP at the same counts for the ratios), and a fan-out whose publisher speaks
-SSMP or STMP to STMP subscribers."""
+SSMP or STMP to STMP subscribers. The Micromessage2 ones (mm2-mcast, mm2-ack, mm2-fanout)
+are the same with the MM2 wire protocol; mm2-ack turns on batch-ack (a window of 100) on the
+publisher and the subscriber, so the publisher is windowed and the subscriber acknowledges
+what it reads."""
 
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from clients import (
     BenchError,
     Echo,
     Publisher,
+    WindowedPublisher,
     close_all,
+    cumulative_acker,
     open_client,
     open_many,
     receive_counts,
@@ -30,7 +35,7 @@ from clients import (
     tcp_state,
 )
 from procs import Server, core_busy, core_times, tcp_send_queue
-from wire import MQTT, SSMP, payload
+from wire import MM2, MQTT, SSMP, payload
 
 TOPIC = "bench"
 
@@ -59,6 +64,11 @@ class Params:
     #: enough deliveries that the server's CPU time (10 ms ticks) is known to a few %
     cross_messages: int = 200_000
     cross_subscribers: int = 10
+    #: Micromessage2 scenarios: 1->1 without and with acks (batch-ack window), fan-out
+    mm2_mcast_messages: int = 300_000
+    mm2_ack_messages: int = 300_000
+    mm2_ack_window: int = 100
+    mm2_fanout_messages: int = 10_000
 
     def quick(self) -> Params:
         return Params(
@@ -69,6 +79,8 @@ class Params:
             scenario_timeout=self.scenario_timeout, verify=self.verify, topics=self.topics,
             stmp_mcast_messages=30_000, stmp_fanout_messages=1_000, cross_messages=20_000,
             cross_subscribers=self.cross_subscribers,
+            mm2_mcast_messages=30_000, mm2_ack_messages=30_000,
+            mm2_ack_window=self.mm2_ack_window, mm2_fanout_messages=1_000,
         )
 
 
@@ -120,15 +132,28 @@ def publish_fanout(
         own = os.times()
         wall = start = time.perf_counter()
         deadline = time.monotonic() + params.scenario_timeout
+        # with an ack window (Micromessage2 batch-ack), the subscribers acknowledge what
+        # they read and the publisher keeps at most ``window`` messages unacknowledged
+        on_read = None
+        if getattr(proto, "window", None):
+            on_read = cumulative_acker(len(socks), frame_len, proto.ack, proto.SEQ_CYCLE)
         with around() if around else contextlib.nullcontext():
-            publisher = Publisher(
-                pub_sock, data, messages * len(pub_proto.publish_reply), params.scenario_timeout
-            )
+            window = getattr(pub_proto, "window", None)
+            if window:
+                publisher = WindowedPublisher(
+                    pub_sock, data, len(data) // messages, window, pub_proto.ack(1)[:-2],
+                    params.scenario_timeout, pub_proto.SEQ_CYCLE,
+                )
+            else:
+                publisher = Publisher(
+                    pub_sock, data, messages * len(pub_proto.publish_reply),
+                    params.scenario_timeout,
+                )
             try:
                 got = receive_counts(
                     socks, expected, last_frame=last, idle_timeout=params.idle_timeout,
                     deadline=deadline, expected_stream=stream,
-                    verify_streams=params.verify_streams,
+                    verify_streams=params.verify_streams, on_read=on_read,
                 )
             finally:
                 pub = publisher.finish()
@@ -257,6 +282,36 @@ def stmp_cross(server: Server, proto, params: Params, around=None) -> dict:
     )
 
 
+def mm2_mcast(server: Server, proto, params: Params, around=None) -> dict:
+    """1->1 at the MM2 count, no acks (run for MM2, SSMP and Mosquitto alike)."""
+    return publish_fanout(
+        server, proto, params, messages=params.mm2_mcast_messages, subscribers=1,
+        around=around,
+    )
+
+
+def mm2_ack(server: Server, proto, params: Params, around=None) -> dict:
+    """1->1 at the MM2 ack count; for MM2 with batch-ack (``max-count``) on the publisher
+    and the subscriber: the publisher waits for the server's acks, the subscriber acks what
+    it receives. SSMP and Mosquitto (QoS 0) run as in mm2-mcast, for the ratios."""
+    if isinstance(proto, MM2):
+        proto = MM2(window=params.mm2_ack_window)
+    result = publish_fanout(
+        server, proto, params, messages=params.mm2_ack_messages, subscribers=1, around=around,
+    )
+    if isinstance(proto, MM2):
+        result["ack_window"] = proto.window
+    return result
+
+
+def mm2_fanout(server: Server, proto, params: Params, around=None) -> dict:
+    """1->100 at the MM2 count, no acks (run for MM2, SSMP and Mosquitto alike)."""
+    return publish_fanout(
+        server, proto, params, messages=params.mm2_fanout_messages,
+        subscribers=params.fanout_subscribers, around=around,
+    )
+
+
 def _percentile(sorted_values: list[int], p: float) -> int:
     """Nearest-rank percentile."""
     rank = max(1, math.ceil(p / 100 * len(sorted_values)))
@@ -382,6 +437,10 @@ SCENARIOS = {
     "stmp-mcast": (6, "STMP binary publish 1->1", stmp_mcast),
     "stmp-fanout": (7, "STMP fan-out 1->100", stmp_fanout),
     "stmp-cross": (8, "cross-protocol: SSMP->STMP against STMP->STMP and SSMP->SSMP", stmp_cross),
+    "mm2-mcast": (9, "Micromessage2 publish 1->1, no acks", mm2_mcast),
+    "mm2-ack": (10, "Micromessage2 publish 1->1, batch-ack window 100 both ways "
+                    "(SSMP, Mosquitto: no acks)", mm2_ack),
+    "mm2-fanout": (11, "Micromessage2 fan-out 1->100, no acks", mm2_fanout),
 }
 
 #: which servers/protocols each scenario drives (default: ssmp, mosquitto)
@@ -389,4 +448,7 @@ KINDS = {
     "stmp-mcast": ["stmp", "ssmp", "mosquitto"],
     "stmp-fanout": ["stmp", "ssmp", "mosquitto"],
     "stmp-cross": ["stmp", "ssmp->stmp", "ssmp"],
+    "mm2-mcast": ["mm2", "ssmp", "mosquitto"],
+    "mm2-ack": ["mm2", "ssmp", "mosquitto"],
+    "mm2-fanout": ["mm2", "ssmp", "mosquitto"],
 }

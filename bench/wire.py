@@ -1,5 +1,5 @@
 """Pre-encoded frames for the protocols the harness drives: SSMP 1.1, STMP 0.1 (binary, over
-TCP) and MQTT 3.1.1.
+TCP), Micromessage2 (MM2) and MQTT 3.1.1.
 
 No client library: every frame is built here as bytes, once, before a measurement starts.
 Each protocol is described by a small object with the same shape, so a scenario is written
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
+from urllib.parse import quote
 
 
 class SSMP:
@@ -167,6 +168,101 @@ class STMP:
         return b"\x90" + struct.pack(">II", cls.DELIVERY, len(body)) + body
 
 
+class MM2:
+    """Micromessage2 over TCP with the ``pubsub`` extension and, with ``window``, batch-ack
+    (``max-count=window``) on both sides. Encoded with the standard library only
+    (``check_mm2_against_codec`` compares with msgbroker's codec when importable).
+
+    Handshake message: ``major u8=1, minor u8=1, flags u8=0, idlen u8, identity, reqlen
+    u16, required, optlen u16, optional``. The client sends step 1 (hello: optional
+    ``pubsub`` or ``pubsub;batch-ack``) and, pipelined right after it, step 3 (the active
+    lists: ``pubsub`` or ``pubsub;batch-ack:max-count=N``); the server answers step 2 only.
+    Extension ids count from 1 in step-3 order: pubsub 1, batch-ack 2.
+
+    COMMAND: 0x01 + len u8 + ``subscribe;destination=<urlenc topic>`` (no reply).
+    MESSAGE: flags (0x00, or 0x08 LARGE and a u32 length for payloads over 255 bytes) +
+    seq u16 + destlen u8 + destination + proplen u16 (0) + len + payload; no reply without
+    acks. Each direction numbers its messages 1, 2, ..., 65535, then 1 again; a bench
+    payload starts with its 8-digit message index, so message ``i`` has seq
+    ``i % 65535 + 1`` in both directions (a delivery carries the subscriber's own number:
+    the same, since every subscriber gets every message from the first).
+    Ack (batch-ack): EXTENSION 0x02 + ext id u8 + len u8 = 2 + seq u16, cumulative."""
+
+    name = "mm2"
+    ping = b""
+    pong = b""  # Micromessage2 has no ping: the harness does not use it
+    SEQ_CYCLE = 0xFFFF
+    PUBSUB_ID, ACK_ID = 1, 2
+    #: our step 2: identity msgbroker, nothing required, pubsub and batch-ack offered
+    SERVER_HELLO = b"\x01\x01\x00\x09msgbroker\x00\x00\x00\x10pubsub;batch-ack"
+
+    def __init__(self, window: int | None = None) -> None:
+        #: batch-ack max-count on both the publisher and the subscribers (None: no acks)
+        self.window = window
+        self.publish_reply = b""  # with acks, one ack per chunk the server reads: unknown
+        # the hello names the extensions without properties and step 3 sets the window (the
+        # client's final word): step 2 is then SERVER_HELLO whether the server answers with
+        # its own offers or with the client's suggestions first and then its offers
+        self._hello = b"pubsub" if window is None else b"pubsub;batch-ack"
+        self._active = b"pubsub" if window is None else b"pubsub;batch-ack:max-count=%d" % window
+
+    @staticmethod
+    def handshake(identity: str, required: bytes = b"", optional: bytes = b"") -> bytes:
+        ident = identity.encode("ascii")
+        return (bytes((1, 1, 0, len(ident))) + ident + struct.pack(">H", len(required))
+                + required + struct.pack(">H", len(optional)) + optional)
+
+    @staticmethod
+    def _length(size: int) -> tuple[int, bytes]:
+        """(LARGE or 0, the length field): LARGE exactly when more than 255 bytes."""
+        return (0, bytes((size,))) if size <= 255 else (0x08, struct.pack(">I", size))
+
+    @classmethod
+    def command(cls, text: bytes) -> bytes:
+        large, length = cls._length(len(text))
+        return bytes((0x01 | large,)) + length + text
+
+    @classmethod
+    def subscribe(cls, topic: str) -> bytes:
+        return cls.command(b"subscribe;destination=" + quote(topic, safe="").encode("ascii"))
+
+    def _login(self, ident: str) -> bytes:
+        # step 1 and step 3 in one write (the server reads step 3 after answering step 1)
+        return self.handshake(ident, b"", self._hello) + self.handshake(ident, b"", self._active)
+
+    def subscriber_setup(self, ident: str, *topics: str) -> tuple[bytes, bytes]:
+        subscribe = b"".join(self.subscribe(t) for t in topics)
+        return self._login(ident) + subscribe, self.SERVER_HELLO
+
+    def publisher_setup(self, ident: str) -> tuple[bytes, bytes]:
+        return self._login(ident), self.SERVER_HELLO
+
+    @classmethod
+    def seq_of(cls, index: int) -> int:
+        """The sequence number of the ``index``-th message (from 0): 1..65535, then 1."""
+        return index % cls.SEQ_CYCLE + 1
+
+    @classmethod
+    def message(cls, seq: int, topic: str, payload: bytes) -> bytes:
+        dest = topic.encode("ascii")
+        large, length = cls._length(len(payload))
+        return (struct.pack(">BHB", large, seq, len(dest)) + dest + b"\x00\x00" + length
+                + payload)
+
+    @classmethod
+    def publish(cls, topic: str, payload: bytes) -> bytes:
+        return cls.message(cls.seq_of(int(payload[:8])), topic, payload)
+
+    @classmethod
+    def delivered(cls, sender: str, topic: str, payload: bytes) -> bytes:
+        return cls.message(cls.seq_of(int(payload[:8])), topic, payload)
+
+    @classmethod
+    def ack(cls, seq: int) -> bytes:
+        """The batch-ack EXTENSION frame acknowledging every message up to ``seq``."""
+        return struct.pack(">BBBH", 0x02, cls.ACK_ID, 2, seq)
+
+
 class Mixed:
     """A publisher speaking one protocol, subscribers another, on the same broker."""
 
@@ -195,6 +291,42 @@ def check_stmp_against_codec() -> str | None:
     got = proto.delivered("pub", "bench", data)
     if got != want:
         return f"delivery: {got!r} != codec {want!r}"
+    return None
+
+
+def check_mm2_against_codec() -> str | None:
+    """Compare MM2's frames with msgbroker's Micromessage2 codec when importable: None if
+    equal (or the codec is not importable here), else what differs."""
+    try:
+        from msgbroker.plugins.mm2 import codec
+    except ImportError:
+        return None
+    checks = []
+    for window in (None, 100):
+        proto = MM2(window)
+        suggested = ["pubsub"] if window is None else ["pubsub", "batch-ack"]
+        active = ["pubsub"] if window is None else [
+            "pubsub", codec.Extension("batch-ack", (("max-count", str(window)),))]
+        hello = codec.encode_handshake(codec.Handshake("sub0", (), suggested))
+        confirm = codec.encode_handshake(codec.Handshake("sub0", (), active))
+        subscribe = codec.encode_frame(codec.encode_pubsub(codec.Subscribe("bench")))
+        checks.append((f"setup (window {window})", proto.subscriber_setup("sub0", "bench")[0],
+                       hello + confirm + subscribe))
+        ids = codec.active_extensions(codec.HandshakeDecoder().feed(confirm))
+        if window and ids.id_of("batch-ack") != MM2.ACK_ID:
+            return f"batch-ack is extension {ids.id_of('batch-ack')}, not {MM2.ACK_ID}"
+    checks.append(("server hello", MM2.SERVER_HELLO, codec.encode_handshake(
+        codec.Handshake("msgbroker", (), ("pubsub", "batch-ack")))))
+    proto = MM2()
+    for index, size in ((7, 64), (65534, 64), (65535, 300), (200_000, 255), (3, 256)):
+        data = payload(index, size)
+        want = codec.encode_frame(codec.MessageFrame(index % 65535 + 1, "bench", data))
+        checks.append((f"message {index} ({size} B)", proto.publish("bench", data), want))
+        checks.append((f"delivery {index}", proto.delivered("pub", "bench", data), want))
+    checks.append(("ack", MM2.ack(65535), codec.encode_frame(codec.ack_frame(2, 65535))))
+    for what, got, want in checks:
+        if got != want:
+            return f"{what}: {got!r} != codec {want!r}"
     return None
 
 
@@ -241,4 +373,5 @@ PROTOCOLS = {
     "mosquitto": MQTT(),
     "stmp": STMP(),
     "ssmp->stmp": Mixed(SSMP(), STMP()),
+    "mm2": MM2(),
 }
