@@ -63,6 +63,8 @@ class Acks(ExtensionHandler):
         if connection.window is not None:
             raise RemoteProtocolError("ack and batch-ack cannot both be active")
         connection.window = window
+        # the connection calls this once per chunk read: one cumulative ack for what came
+        connection.acker = self._acknowledge
         self._acked_in = 0  # the last of the client's messages we acknowledged
 
     def extension_frame(self, payload: bytes) -> None:
@@ -72,10 +74,6 @@ class Acks(ExtensionHandler):
         if connection.seq_out == 0 or (not connection.wrapped and seq > connection.seq_out):
             raise RemoteProtocolError(f"ack of message {seq}, which was never sent")
         connection.acked(seq)
-
-    def incoming(self, message: codec.MessageFrame) -> codec.MessageFrame | None:
-        self.context.connection.after_chunk(self._acknowledge)
-        return message
 
     def _acknowledge(self) -> None:
         seq = self.context.connection.seq_in

@@ -74,6 +74,25 @@ class ErrorFrame:
 Frame = MessageFrame | ExtensionFrame | Command | ErrorFrame
 
 
+@frozen(slots=True)
+class MessageBatch:
+    """``len(payloads)`` (2 or more) consecutive MESSAGE frames to one destination, numbered
+    ``first_seq`` onwards without a gap, each whole in one frame and without properties:
+    what a client pipelining publishes sends. Only :meth:`FrameDecoder.feed_runs` makes
+    them; :meth:`frames` gives the MESSAGE frames they stand for."""
+
+    first_seq: int
+    destination: str
+    payloads: list[bytes]
+
+    def frames(self) -> list[MessageFrame]:
+        out, seq = [], self.first_seq
+        for payload in self.payloads:
+            out.append(MessageFrame(seq, self.destination, payload))
+            seq = 1 if seq == 0xFFFF else seq + 1
+        return out
+
+
 def _length(size: int) -> tuple[int, bytes]:
     """(LARGE or 0, the length field): LARGE exactly when the payload exceeds 255 bytes."""
     if size <= 255:
@@ -266,6 +285,68 @@ class FrameDecoder:
         """Buffer ``data``; iterate the result for the frames now complete."""
         self.receive_data(data)
         return iter(self.next_event, None)
+
+    def feed_runs(self, data: bytes) -> Iterator[Frame | MessageBatch]:
+        """:meth:`feed`, but consecutive simple MESSAGE frames (one destination, numbers
+        without a gap, no properties, not fragments) come out as one :class:`MessageBatch`
+        (as many as are complete). A server uses this."""
+        self.receive_data(data)
+        while True:
+            batch = self._batch() if self._error is None else None
+            if batch is not None:
+                yield batch
+                continue
+            frame = self.next_event()
+            if frame is None:
+                return
+            yield frame
+
+    def _batch(self) -> MessageBatch | None:
+        """The batch at the start of the buffer, taken off it; None (nothing taken) when
+        fewer than two simple frames are there: the general parser handles those."""
+        buf, limit = self._buf, self._max
+        size = len(buf)
+        if size < 7 or buf[0] & ~LARGE:
+            return None
+        dest_len = buf[3]
+        dest = bytes(buf[4 : 4 + dest_len])
+        after_dest = 4 + dest_len
+        payloads: list[bytes] = []
+        pos, seq = 0, _U16.unpack_from(buf, 1)[0]
+        first_seq = seq
+        while True:
+            at = pos + after_dest
+            # a simple frame: flags 0 or LARGE, the expected seq, the same destination,
+            # no properties, a payload the limit allows, all of it here
+            if (
+                at + 3 > size
+                or buf[pos] & ~LARGE
+                or _U16.unpack_from(buf, pos + 1)[0] != seq
+                or buf[pos + 3] != dest_len
+                or buf[pos + 4 : at] != dest
+                or buf[at] or buf[at + 1]
+            ):  # fmt: skip
+                break
+            if buf[pos] & LARGE:
+                if at + 6 > size:
+                    break
+                length, start = _U32.unpack_from(buf, at + 2)[0], at + 6
+            else:
+                length, start = buf[at + 2], at + 3
+            end = start + length
+            if length > limit or end > size:
+                break
+            payloads.append(bytes(buf[start:end]))
+            pos = end
+            seq = 1 if seq == 0xFFFF else seq + 1
+        if len(payloads) < 2 or first_seq == 0:
+            return None
+        destination = dest.decode("ascii", "replace")
+        if not is_valid_name(destination) or not dest.isascii():
+            return None  # the general parser reports it
+        del buf[:pos]
+        self._need = 1
+        return MessageBatch(first_seq, destination, payloads)
 
     @property
     def buffered(self) -> bytes:

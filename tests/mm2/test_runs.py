@@ -1,0 +1,189 @@
+"""Pipelined Micromessage2 MESSAGEs: the codec's batches, and the server's run path, which
+must give byte for byte what the same frames give one per write (the general path)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from msgbroker import BrokerConfig
+from msgbroker.errors import RemoteProtocolError
+from msgbroker.plugins.mm2 import codec
+from msgbroker.plugins.mm2.codec import (
+    ExtensionFrame,
+    Handshake,
+    MessageBatch,
+    MessageFrame,
+    Subscribe,
+)
+from msgbroker.testing import connect, make_broker
+
+# -- the codec ------------------------------------------------------------------------------------
+
+DESTS = st.sampled_from(["a", "b", "@x"])
+PAYLOADS = st.one_of(st.binary(max_size=8), st.binary(min_size=250, max_size=300))
+
+
+@st.composite
+def message_streams(draw):
+    """Frames a client might send: numbered MESSAGEs (some with properties, some in two
+    fragments), with COMMANDs between them."""
+    frames, seq = [], draw(st.integers(1, 0xFFFF))
+    for _ in range(draw(st.integers(0, 10))):
+        kind = draw(st.sampled_from(["plain", "plain", "plain", "props", "fragments", "cmd"]))
+        dest, payload = draw(DESTS), draw(PAYLOADS)
+        if kind == "cmd":
+            frames.append(codec.encode_pubsub(Subscribe("a")))
+            continue
+        if kind == "fragments":
+            frames.append(MessageFrame(seq, dest, payload[:3], continued=True))
+            frames.append(MessageFrame(seq, dest, payload[3:]))
+        else:
+            properties = {"n": 1} if kind == "props" else {}
+            frames.append(MessageFrame(seq, dest, payload, properties))
+        seq = codec.next_seq(seq)
+    return frames
+
+
+def expand(events):
+    out = []
+    for event in events:
+        out.extend(event.frames() if type(event) is MessageBatch else [event])
+    return out
+
+
+@given(message_streams(), st.lists(st.integers(0, 2000), max_size=5))
+def test_batches_expand_to_the_same_frames_however_the_stream_is_cut(frames, cuts):
+    stream = b"".join(codec.encode_frame(f) for f in frames)
+    points = sorted({min(c, len(stream)) for c in cuts})
+    decoder = codec.FrameDecoder()
+    events = []
+    for lo, hi in zip([0, *points], [*points, len(stream)], strict=True):
+        events.extend(decoder.feed_runs(stream[lo:hi]))
+    assert all(len(e.payloads) >= 2 for e in events if type(e) is MessageBatch)
+    assert expand(events) == frames
+
+
+@given(st.binary(max_size=120))
+@example(b"\x00\x00\x01\x01a\x00\x00\x01x\x00\x00\x02\x01a\x00\x00\x01y\x00\x00\x00")
+def test_batches_fail_where_plain_decoding_fails(data):
+    def decode(feed):
+        out = []
+        try:
+            out.extend(feed(data))
+        except RemoteProtocolError:
+            return expand(out), "error"
+        return expand(out), None
+
+    assert decode(codec.FrameDecoder(max_payload=100).feed_runs) == decode(
+        codec.FrameDecoder(max_payload=100).feed
+    )
+
+
+def test_consecutive_simple_messages_to_one_destination_are_one_batch():
+    frames = [MessageFrame(65534 + i if i < 2 else i - 1, "t", b"%d" % i) for i in range(3)]
+    stream = b"".join(codec.encode_frame(f) for f in frames)
+    (batch,) = codec.FrameDecoder().feed_runs(stream)
+    assert batch == MessageBatch(65534, "t", [b"0", b"1", b"2"])  # across the wrap
+    assert batch.frames() == frames
+
+
+# -- the server: a run against the same frames one per write --------------------------------------
+
+
+def client(broker, identity, optional=("pubsub",)):
+    conn = connect(broker, "mm2")
+    hello = Handshake(identity, (), codec.parse_extension_list(";".join(optional)))
+    conn.send(codec.encode_handshake(hello) + codec.encode_handshake(hello))
+    conn.received()
+    return conn, codec.active_extensions(hello)
+
+
+def world():
+    broker = make_broker(BrokerConfig(auth=("open",)))
+    plain, _ = client(broker, "plain")
+    windowed, active = client(broker, "windowed", ("pubsub", "batch-ack:max-count=3"))
+    typed, _ = client(broker, "typed", ("pubsub", "dotnet"))
+    for conn in (plain, windowed, typed):
+        conn.send(codec.encode_frame(codec.encode_pubsub(Subscribe("a"))))
+    ssmp = connect(broker, "ssmp")
+    ssmp.send(b"LOGIN x open x\nSUBSCRIBE a\nSUBSCRIBE b\n")
+    stmp = connect(broker, "stmp")
+    stmp.send(
+        b"\x50\x00\x01\x00\x00\x01\x01\x00\x00\x00\x1a" + b'{"id":"s","scheme":"open"}'
+        b"\x50\x00\x02\x00\x00\x01\x02\x00\x00\x00\x0d" + b'{"topic":"a"}'
+    )
+    for conn in (plain, windowed, typed, ssmp, stmp):
+        conn.received()
+    publisher, pub_active = client(broker, "pub", ("pubsub", "dotnet", "batch-ack"))
+    publisher.received()
+    subscribers = [plain, windowed, typed, ssmp, stmp]
+    return broker, publisher, pub_active, subscribers, active.id_of("batch-ack")
+
+
+@st.composite
+def publishes(draw):
+    items, seq = [], 0
+    for _ in range(draw(st.integers(2, 12))):
+        kind = draw(st.sampled_from(["plain"] * 5 + ["props", "type", "ucast", "fragments"]))
+        seq = codec.next_seq(seq)
+        payload, dest = draw(PAYLOADS), draw(st.sampled_from(["a", "a", "b"]))
+        if kind == "type":
+            items.append(("ext", draw(st.sampled_from([b"T1", b"T2"]))))
+            items.append(("frame", MessageFrame(seq, dest, payload)))
+        elif kind == "props":
+            items.append(("frame", MessageFrame(seq, dest, payload, {"n": 2})))
+        elif kind == "ucast":
+            items.append(("frame", MessageFrame(seq, "@plain", payload)))
+        elif kind == "fragments":
+            items.append(("frame", MessageFrame(seq, dest, payload[:2], continued=True)))
+            items.append(("frame", MessageFrame(seq, dest, payload[2:])))
+        else:
+            items.append(("frame", MessageFrame(seq, dest, payload)))
+    return items
+
+
+def encode(item, dotnet_id):
+    kind, value = item
+    if kind == "ext":
+        return codec.encode_frame(ExtensionFrame(dotnet_id, value))
+    return codec.encode_frame(value)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(publishes())
+@example([("frame", MessageFrame(i, "a", b"m%d" % i)) for i in range(1, 6)])  # one run
+def test_pipelined_messages_give_what_one_at_a_time_gives(items):
+    fast = world()
+    slow = world()
+    dotnet_id = fast[2].id_of("dotnet")
+    fast[1].send(b"".join(encode(item, dotnet_id) for item in items))  # one write: batches
+    for item in items:
+        slow[1].send(encode(item, dotnet_id))  # one frame per write: the general path
+    fast_broker, fast_pub, _, fast_subs, ack_id = fast
+    slow_broker, slow_pub, _, slow_subs, _ = slow
+    # acks come one per chunk read: the last one acknowledges the same message either way
+    fast_acks = list(codec.FrameDecoder().feed(fast_pub.received()))
+    slow_acks = list(codec.FrameDecoder().feed(slow_pub.received()))
+    assert fast_acks[-1] == slow_acks[-1]
+    for f, s in zip(fast_subs, slow_subs, strict=True):
+        assert f.received() == s.received()
+    # the windowed subscriber acks what it got: the rest comes the same way too
+    for conn in (fast_subs[1], slow_subs[1]):
+        conn.send(codec.encode_frame(ExtensionFrame(ack_id, b"\x00\x03")))
+    assert fast_subs[1].received() == slow_subs[1].received()
+    assert fast[0].hub.stats == slow[0].hub.stats
+
+
+@pytest.mark.parametrize("count", [2, 300])
+def test_a_batch_is_routed_as_one_run(count):
+    broker, publisher, _, subscribers, _ = world()
+    stream = b"".join(
+        codec.encode_frame(MessageFrame(i, "a", b"x%d" % i)) for i in range(1, count + 1)
+    )
+    publisher.send(stream)
+    plain = subscribers[0]
+    got = list(codec.FrameDecoder().feed(plain.received()))
+    assert got == [MessageFrame(i, "a", b"x%d" % i) for i in range(1, count + 1)]
+    assert broker.hub.stats.routed == count
