@@ -27,8 +27,8 @@ from msgbroker.errors import (
 )
 
 from . import codec
+from .delivery import DOTNET_HINT
 from .extensions import ExtensionContext, ExtensionHandler, ExtensionSpec
-from .protocol import DOTNET_HINT
 
 
 class PubSub(ExtensionHandler):
