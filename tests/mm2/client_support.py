@@ -10,17 +10,27 @@ routes MESSAGE frames to subscribers (filters and ``@identity`` unicasts include
 each connection's ack window as the sender, and acknowledges what it receives at once
 unless told to hold its acks.
 
-Tests marked ``# real broker:`` exercise what the broker implements too; they run against
-the fake until the broker serves Micromessage2 to the test suite.
+Tests marked ``# real broker:`` exercise what the broker implements too: they take the
+``target`` fixture and run against the fake and against a real broker (:func:`mm2_broker`,
+an ``mm2`` listener and open login, in the same reactor thread; a fresh one per test, so
+identities and subscriptions never carry over). What only the fake can show (the frames it
+received, its view of a window) is checked on the fake alone; on the broker, the tests look
+at its connection (:func:`broker_connection`). Subscriptions are known to be in force after
+:func:`settle`'s round trip, on either target. The rest (refused handshakes, held acks,
+ERROR frames on demand, vendor extensions) needs a server that misbehaves on purpose and
+stays on the fake.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import pytest
+from attrs import evolve, frozen
 from twisted.internet.error import ConnectionDone
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import Clock
@@ -54,9 +64,11 @@ from msgbroker.plugins.mm2.codec import (
     parse_ack,
     parse_pubsub,
 )
-from tests.ssmp.e2e_support import WAIT, ReactorThread
+from tests.ssmp.e2e_support import WAIT, ReactorThread, RunningBroker, parse_address, running_broker
 
 SUPPORTED = frozenset({"pubsub", "ack", "batch-ack", "json", "dotnet"})
+#: what the fake (like the broker) suggests of its own in step 2
+OFFERED = ("pubsub", "batch-ack")
 
 
 # -- a fake Micromessage2 server --------------------------------------------------------------
@@ -172,7 +184,7 @@ class _FakeProtocol(Protocol):
                 if self.server.refuse is not None:
                     self.conn.error(self.server.refuse)
                     return
-                self.reply = self.server.reply
+                self.reply = self.server.reply_to(message)
                 self.conn.write(encode_handshake(self.reply))
                 self.step = 3
             else:
@@ -192,9 +204,12 @@ class _FakeProtocol(Protocol):
 
 class FakeServer:
     """A fake Micromessage2 server on a loopback port in ``thread``. Its step 2 is
-    ``identity``, ``required``, ``optional``, ``major``, ``minor``; ``refuse`` sends that
-    ERROR text instead. ``supported`` is what it accepts in step 3. ``hold_acks`` keeps it
-    from acknowledging what clients publish until a test calls ``conn.ack()``."""
+    ``identity``, ``required``, ``optional``, ``major``, ``minor``, or ``reply`` when a test
+    sets one; without ``optional`` it suggests what the broker does (docs/mm2.md): the
+    client's optional extensions it supports, as the client wrote them, then its own
+    (:data:`OFFERED`). ``refuse`` sends that ERROR text instead. ``supported`` is what it
+    accepts in step 3. ``hold_acks`` keeps it from acknowledging what clients publish until
+    a test calls ``conn.ack()``."""
 
     def __init__(
         self,
@@ -202,7 +217,7 @@ class FakeServer:
         *,
         identity: str = "fake",
         required: tuple[str | Extension, ...] = (),
-        optional: tuple[str | Extension, ...] = ("pubsub", "ack", "batch-ack", "json", "dotnet"),
+        optional: tuple[str | Extension, ...] | None = None,
         major: int = 1,
         minor: int = 1,
         refuse: str | None = None,
@@ -210,7 +225,9 @@ class FakeServer:
         hold_acks: bool = False,
     ) -> None:
         self.thread = thread
-        self.reply = Handshake(identity, required, optional, major, minor)
+        self._base = Handshake(identity, required, optional or (), major, minor)
+        #: a fixed step 2 (None: suggest like the broker); tests may set one
+        self.reply: Handshake | None = None if optional is None else self._base
         self.refuse = refuse
         self.supported = supported
         self.hold_acks = hold_acks
@@ -240,6 +257,18 @@ class FakeServer:
             return self._port.stopListening()
 
         self.thread.call(stop)
+
+    def reply_to(self, hello: Handshake) -> Handshake:
+        """Step 2 for the client's step 1."""
+        if self.reply is not None:
+            return self.reply
+        taken = {ext.name for ext in self._base.required}
+        optional = []
+        for ext in (*hello.optional, *(Extension(name) for name in OFFERED)):
+            if ext.name in self.supported and ext.name not in taken:
+                taken.add(ext.name)
+                optional.append(ext)
+        return evolve(self._base, optional=tuple(optional))
 
     def record(self, conn: FakeConnection, item: Any) -> None:
         with self._changed:
@@ -307,13 +336,80 @@ class FakeServer:
                 target.deliver(frame, type_name)
 
 
-def twisted_client(server: FakeServer, **options: Any) -> Any:
+# -- the real broker, for the marked tests --------------------------------------------------------
+
+#: the broker's Micromessage2 listener
+BROKER_LISTENERS = ("mm2=tcp:0:interface=127.0.0.1",)
+
+
+@frozen
+class BrokerTarget:
+    """The ``mm2`` listener of a real broker, with the attributes of :class:`FakeServer`
+    that the helpers and the marked tests use."""
+
+    thread: ReactorThread
+    host: str
+    port: int
+    running: RunningBroker
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.thread.call(fn, *args)
+
+
+Target = FakeServer | BrokerTarget
+
+
+@contextmanager
+def mm2_broker() -> Iterator[RunningBroker]:
+    """A broker with :data:`BROKER_LISTENERS` and open login."""
+    with running_broker(BROKER_LISTENERS, auth=("open",)) as running:
+        yield running
+
+
+def broker_target(running: RunningBroker) -> BrokerTarget:
+    host, port = parse_address(running.service.broker.listening[0][1])
+    return BrokerTarget(running.thread, host, port, running)
+
+
+@contextmanager
+def fake_or_broker(request: pytest.FixtureRequest, thread: ReactorThread) -> Iterator[Target]:
+    """The target a ``target`` fixture's param names: a :class:`FakeServer` ("fake"), or the
+    test's ``broker`` fixture ("broker"), which is only requested then."""
+    if request.param == "fake":
+        with FakeServer(thread) as running:
+            yield running
+    else:
+        yield broker_target(request.getfixturevalue("broker"))
+
+
+def broker_connection(target: BrokerTarget, identity: str) -> Any:
+    """The broker's :class:`MM2ServerProtocol` of the client logged in as ``identity`` (in
+    the reactor thread: read it there, through ``target.call``)."""
+    session = target.running.service.broker.hub.lookup(identity)
+    assert session is not None, f"nobody is logged in as {identity!r}"
+    return session.closer.__self__  # the protocol's close_connection
+
+
+#: what :func:`settle` sends itself (valid JSON, so it also goes with ``json`` active)
+SETTLE = b'"settled"'
+
+
+def settle(client: BlockingMM2Client) -> None:
+    """A round trip: ``client`` unicasts to itself and reads that message back. COMMAND
+    frames take effect before any later frame of the connection (DECISIONS.md), so what it
+    subscribed before is in force on the server once this returns."""
+    client.unicast(client.session.hello.identity, SETTLE)
+    message = client.next_message(WAIT)
+    assert message is not None and message.payload == SETTLE
+
+
+def twisted_client(server: Target, **options: Any) -> Any:
     """Connect from the reactor thread; the ready protocol."""
     thread = server.thread
     return thread.call(lambda: connect(thread.reactor, server.host, server.port, **options))
 
 
-def blocking_client(server: FakeServer, **options: Any) -> BlockingMM2Client:
+def blocking_client(server: Target, **options: Any) -> BlockingMM2Client:
     options.setdefault("timeout", WAIT)
     return BlockingMM2Client(server.host, server.port, **options)
 

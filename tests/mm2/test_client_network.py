@@ -1,11 +1,13 @@
 """Both Micromessage2 clients on real loopback sockets, against :class:`FakeServer` (in the
-session-wide reactor thread): routing through topics, filters and unicasts, json, dotnet,
+session-wide reactor thread), and in the ``# real broker:`` tests against a real broker too
+(the ``target`` fixture): routing through topics, filters and unicasts, json, dotnet,
 fragments over 1 MiB, acks both ways, the blocking publish behind the window (with a fake
 clock for its timeout), refusals and ERROR frames, vendor extensions."""
 
 from __future__ import annotations
 
 import queue
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
@@ -17,25 +19,47 @@ from msgbroker.plugins.mm2.client import (
     MM2Timeout,
 )
 from msgbroker.plugins.mm2.codec import ErrorFrame, ExtensionFrame, Handshake, MessageFrame
-from tests.mm2.client_support import FakeServer, blocking_client, twisted_client
-from tests.ssmp.e2e_support import WAIT, reactor_thread
+from tests.mm2.client_support import (
+    FakeServer,
+    Target,
+    blocking_client,
+    broker_connection,
+    fake_or_broker,
+    mm2_broker,
+    settle,
+    twisted_client,
+)
+from tests.ssmp.e2e_support import WAIT, RunningBroker, reactor_thread
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[FakeServer]:
     with FakeServer(reactor_thread()) as running:
         yield running
 
 
+@pytest.fixture
+def broker() -> Iterator[RunningBroker]:
+    """A broker of its own per test (identities and subscriptions do not carry over)."""
+    with mm2_broker() as running:
+        yield running
+
+
+@pytest.fixture(params=["fake", "broker"])
+def target(request) -> Iterator[Target]:
+    """The fake server or the real broker."""
+    with fake_or_broker(request, reactor_thread()) as chosen:
+        yield chosen
+
+
 # real broker: a topic publish reaches a subscriber with its typed properties
-def test_blocking_publish_reaches_a_blocking_subscriber(server):
+def test_blocking_publish_reaches_a_blocking_subscriber(target):
     with (
-        blocking_client(server, identity="bob") as bob,
-        blocking_client(server, identity="al") as al,
+        blocking_client(target, identity="bob") as bob,
+        blocking_client(target, identity="al") as al,
     ):
         bob.subscribe("news")
-        bob.poll()
-        server.wait(lambda: server.connections[0].subscriptions)
+        settle(bob)
         al.publish("news", b"hello", {"n": 42, "d": Decimal("1.5"), "t": "a b"})
         message = bob.next_message(WAIT)
         assert message.destination == "news" and message.payload == b"hello"
@@ -43,23 +67,23 @@ def test_blocking_publish_reaches_a_blocking_subscriber(server):
 
 
 # real broker: only messages whose properties pass the subscription's filters arrive
-def test_filters_select_what_arrives(server):
+def test_filters_select_what_arrives(target):
     with (
-        blocking_client(server, identity="bob") as bob,
-        blocking_client(server, identity="al") as al,
+        blocking_client(target, identity="bob") as bob,
+        blocking_client(target, identity="al") as al,
     ):
         bob.subscribe("prices", filters=["price>=N10"])
-        server.wait(lambda: server.connections[0].subscriptions)
+        settle(bob)
         al.publish("prices", b"cheap", {"price": 5})
         al.publish("prices", b"dear", {"price": 12})
         assert bob.next_message(WAIT).payload == b"dear"
 
 
 # real broker: a unicast to @bob arrives with destination @<sender>
-def test_unicast_arrives_from_the_sender(server):
+def test_unicast_arrives_from_the_sender(target):
     with (
-        blocking_client(server, identity="bob") as bob,
-        blocking_client(server, identity="al") as al,
+        blocking_client(target, identity="bob") as bob,
+        blocking_client(target, identity="al") as al,
     ):
         al.unicast("bob", b"psst")
         message = bob.next_message(WAIT)
@@ -67,12 +91,12 @@ def test_unicast_arrives_from_the_sender(server):
 
 
 # real broker: json values round-trip and the dotnet type travels with the message
-def test_json_values_and_dotnet_types_round_trip(server):
+def test_json_values_and_dotnet_types_round_trip(target):
     both = ("pubsub", "json", "dotnet")
-    with blocking_client(server, identity="bob", required=both) as bob:
-        with blocking_client(server, identity="al", required=both) as al:
+    with blocking_client(target, identity="bob", required=both) as bob:
+        with blocking_client(target, identity="al", required=both) as al:
             bob.subscribe("events")
-            server.wait(lambda: server.connections[0].subscriptions)
+            settle(bob)
             al.publish("events", {"id": 1}, type_name="Shop.Order, Shop")
             al.publish("events", [2])
             first, second = bob.next_message(WAIT), bob.next_message(WAIT)
@@ -81,33 +105,45 @@ def test_json_values_and_dotnet_types_round_trip(server):
 
 
 # real broker: a payload over 1 MiB is split and arrives whole
-def test_a_payload_over_one_mib_arrives_whole(server):
+def test_a_payload_over_one_mib_arrives_whole(target):
     payload = bytes(range(256)) * 6000  # about 1.5 MiB
     with (
-        blocking_client(server, identity="bob") as bob,
-        blocking_client(server, identity="al") as al,
+        blocking_client(target, identity="bob") as bob,
+        blocking_client(target, identity="al") as al,
     ):
         bob.subscribe("big")
-        server.wait(lambda: server.connections[0].subscriptions)
+        settle(bob)
         al.publish("big", payload)
         assert bob.next_message(WAIT).payload == payload
-        assert len(server.sent(MessageFrame, conn=1)) == 2  # two fragments
+        if isinstance(target, FakeServer):
+            assert len(target.sent(MessageFrame, conn=1)) == 2  # two fragments
 
 
 # real broker: the Twisted client subscribes, receives and acknowledges within the window
-def test_twisted_client_receives_and_acks_within_the_window(server):
+def test_twisted_client_receives_and_acks_within_the_window(target):
     got: queue.Queue = queue.Queue()
-    proto = twisted_client(server, identity="tw", on_message=got.put)
-    assert server.wait(lambda: server.connections[0].window) == 10
-    server.call(proto.subscribe, "news")
-    with blocking_client(server, identity="al") as al:
-        server.wait(lambda: server.connections[0].subscriptions)
+    proto = twisted_client(target, identity="tw", on_message=got.put)
+    target.call(proto.subscribe, "news")
+    target.call(proto.unicast, "tw", b"settle")  # a round trip: the subscription holds
+    assert got.get(timeout=WAIT).payload == b"settle"
+    if isinstance(target, FakeServer):
+        assert target.wait(lambda: target.connections[0].window) == 10
+    else:
+        assert target.call(lambda: broker_connection(target, "tw").window) == 10
+    with blocking_client(target, identity="al") as al:
         for i in range(25):
             al.publish("news", str(i).encode())
-        payloads = [got.get(timeout=WAIT).payload for _ in range(25)]
+        payloads = [got.get(timeout=WAIT).payload for _ in range(25)]  # past the window
         assert payloads == [str(i).encode() for i in range(25)]
-        server.wait(lambda: server.connections[0].outstanding == 0)  # all acknowledged
-    server.call(proto.close)
+    if isinstance(target, FakeServer):
+        target.wait(lambda: target.connections[0].outstanding == 0)  # all acknowledged
+    else:
+        # another round trip: the ack up to 26 (the last message) was written before it
+        target.call(proto.unicast, "tw", b"again")
+        assert got.get(timeout=WAIT).payload == b"again"
+        unacked = target.call(lambda: [seq for seq, _ in broker_connection(target, "tw").unacked])
+        assert unacked in ([], [27])  # at most the round trip's own message
+    target.call(proto.close)
 
 
 def test_twisted_publish_waits_for_the_servers_acks(server):
@@ -179,6 +215,7 @@ def test_blocking_publish_blocks_on_a_full_window_and_times_out_on_the_clock(ser
         server.wait(lambda: len(server.sent(MessageFrame)) == 2)
         server.call(server.connections[0].ack, 1)
         assert al.publish("t", b"3", timeout=WAIT) == 3  # the ack made room
+        server.wait(lambda: len(server.sent(MessageFrame)) == 3)  # else ack() covers only 2
         server.call(server.connections[0].ack)
         assert al.wait_acked(WAIT)
 
