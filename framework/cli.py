@@ -23,7 +23,11 @@ from collections.abc import Sequence
 from .errors import MsgbrokerError
 
 #: modules providing ``msgbroker PROTOCOL ...`` commands, in the order ``--help`` lists them
-PROTOCOL_COMMANDS = ("msgbroker.plugins.ssmp.cli", "msgbroker.plugins.stmp.cli")
+PROTOCOL_COMMANDS = (
+    "msgbroker.plugins.ssmp.cli",
+    "msgbroker.plugins.stmp.cli",
+    "msgbroker.plugins.mm2.cli",
+)
 
 PROG = "msgbroker"
 
