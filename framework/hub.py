@@ -90,6 +90,8 @@ class Hub:
         self.observer: RouteObserver | None = None
         #: called with (peer, message) for each skipped recipient, for logging
         self.on_skip: Callable[[Peer, Message], None] | None = None
+        #: while an observed MCAST is offered to queue groups: it, and its counts
+        self._counting: tuple[Message, dict[str, int]] | None = None
 
     # -- identities ---------------------------------------------------------------------
 
@@ -150,7 +152,9 @@ class Hub:
                 topic.queues = {}
             queue_group = topic.queues.get(queue)
             if queue_group is None:
-                queue_group = QueueGroup(topic_name, queue, on_drop=self._dropped)
+                queue_group = QueueGroup(
+                    topic_name, queue, on_drop=self._dropped, on_deliver=self._queue_delivered
+                )
                 topic.queues[queue] = queue_group
             self.stats.delivered += queue_group.add(peer, filters)
         elif filters:
@@ -241,15 +245,44 @@ class Hub:
                 self.observer(message, RouteResult({}))
             return 0
         if topic.queues:
-            # queue deliveries are not in the observer's RouteResult (yet)
-            groups = _with_filtered(topic, message) if topic.filtered else topic.by_encoder
-            delivered = self._route(message, groups, sender)
-            queued = sum(q.offer(message, sender) for q in list(topic.queues.values()))
-            self.stats.delivered += queued
-            return delivered + queued
+            return self._route_with_queues(message, topic, sender)
         if topic.filtered:
             return self._route(message, _with_filtered(topic, message), sender)
         return self._route(message, topic.by_encoder, sender)
+
+    def _route_with_queues(self, message: Message, topic: Topic, sender: Peer | None) -> int:
+        """An MCAST to a topic with queue groups: the subscribers, then one member of each
+        group. The observer's RouteResult counts the queue members that took it now (not
+        those it reaches later, once a member has room)."""
+        groups = _with_filtered(topic, message) if topic.filtered else topic.by_encoder
+        queues: list[QueueGroup] = list((topic.queues or {}).values())
+        stats, observer = self.stats, self.observer
+        if observer is None:
+            delivered = self._route(message, groups, sender)
+            queued = sum(q.offer(message, sender) for q in queues)
+            stats.delivered += queued
+            return delivered + queued
+        stats.routed += 1
+        dropped_before, skipped_before = stats.dropped, stats.skipped
+        per_protocol: dict[str, int] = {}
+        delivered = self._fan_out_groups(message, groups, sender, per_protocol)
+        self._counting = (message, per_protocol)
+        try:
+            queued = sum(q.offer(message, sender) for q in queues)
+        finally:
+            self._counting = None
+        stats.delivered += queued
+        result = RouteResult(
+            per_protocol, stats.skipped - skipped_before, stats.dropped - dropped_before
+        )
+        observer(message, result)
+        return delivered + queued
+
+    def _queue_delivered(self, peer: Peer, message: Message) -> None:
+        counting = self._counting
+        if counting is not None and counting[0] is message:
+            counts = counting[1]
+            counts[peer.protocol] = counts.get(peer.protocol, 0) + 1
 
     def ready(self, peer: Peer) -> int:
         """``peer`` has room again (its ack window opened): the queue groups it is in hand

@@ -45,6 +45,8 @@ class QueueGroup:
     limit: int = DEFAULT_QUEUE_BACKLOG
     #: called with the number of messages dropped from a full (or abandoned) backlog
     on_drop: Callable[[int], None] | None = None
+    #: called with (member, message) for each message a member takes
+    on_deliver: Callable[[Any, Message], None] | None = None
     _turn: int = 0  # where the round-robin resumes
 
     def add(self, peer: Any, filters: tuple[Filter, ...] = ()) -> int:
@@ -151,6 +153,8 @@ def _takes(peer: Any, filters: tuple[Filter, ...], message: Message, sender: Any
 
 def _deliver_to(peer: Any, message: Message, group: QueueGroup) -> None:
     frame: bytes = message.encoded(peer.encode)  # type: ignore[assignment]  # _takes said so
+    if group.on_deliver is not None:
+        group.on_deliver(peer, message)
     deliver_queued = getattr(peer, "deliver_queued", None)
     if deliver_queued is not None:
         deliver_queued(frame, message, group)

@@ -204,3 +204,17 @@ def test_a_redelivered_message_goes_ahead_of_newer_waiting_ones():
     b.ack_all()
     hub.ready(b)
     assert b.sent == [b"1", b"0", b"2"]
+
+
+def test_the_observer_counts_the_queue_member_that_took_the_message():
+    hub = Hub()
+    seen = []
+    hub.observer = lambda message, result: seen.append((message.payload, dict(result.recipients)))
+    pub = publisher(hub)
+    joined(hub, "a", window=1)
+    plain = Consumer(protocol="p")
+    hub.login(plain, "plain")
+    hub.subscribe(plain, "t")
+    publish(hub, pub, b"1")
+    publish(hub, pub, b"2")  # the member has no room: it waits, not counted now
+    assert seen == [(b"1", {"q": 1, "p": 1}), (b"2", {"p": 1})]
