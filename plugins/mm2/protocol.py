@@ -17,6 +17,7 @@ messages beyond the window wait on the connection, bounded by ``--max-backlog``.
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 from typing import Any
 
 from twisted.logger import Logger
@@ -267,8 +268,10 @@ class MM2ServerProtocol(BrokerProtocol):
     def _deliver(self, data: bytes, queued: Any = None) -> None:
         """What the hub sends (one or several messages' frames, seq 0): numbered and
         written while the window allows, held otherwise."""
-        if self.window is None and queued is None:
-            numbered = self._number_all(data)
+        if queued is None and not self._held:
+            window = self.window
+            room = None if window is None else window - len(self.unacked)
+            numbered = self._number_all(data, room)
             if numbered is not None:
                 self._write(numbered)
                 return
@@ -281,13 +284,15 @@ class MM2ServerProtocol(BrokerProtocol):
     def _deliver_queued(self, frame: bytes, message: Message, group: Any) -> None:
         self._deliver(frame, (message, group) if self.window is not None else None)
 
-    def _number_all(self, data: bytes) -> bytes | None:
-        """``data`` with every MESSAGE numbered in one pass (no window to keep); None when
-        it holds a dotnet marker (then message by message)."""
+    def _number_all(self, data: bytes, room: int | None) -> bytes | None:
+        """``data`` with every MESSAGE numbered in one pass, when all of it fits in the
+        window's ``room`` (None: no window); None (nothing done) when it does not, or when
+        it holds a dotnet marker: then message by message."""
         out = bytearray(data)
         pos, size = 0, len(out)
         seq = self.seq_out
         current = 1 if seq == 0xFFFF else seq + 1
+        numbers = []
         while pos < size:
             flags = out[pos]
             if flags & EXTENSION:
@@ -302,9 +307,14 @@ class MM2ServerProtocol(BrokerProtocol):
                 pos = at + 1 + out[at]
             if not flags & CONTINUED:
                 seq = current
-                if seq == 0xFFFF:
-                    self.wrapped = True
+                numbers.append(seq)
                 current = 1 if seq == 0xFFFF else seq + 1
+        if room is not None:
+            if len(numbers) > room:
+                return None
+            self.unacked.extend(zip(numbers, repeat(None)))
+        if 0xFFFF in numbers:
+            self.wrapped = True
         self.seq_out = seq
         return bytes(out)
 
