@@ -81,6 +81,7 @@ class MM2ServerProtocol(BrokerProtocol):
         #: messages waiting for the window to open, and their bytes
         self._held: deque[tuple[bytes, Any]] = deque()
         self._held_bytes = 0
+        self._cut_off = False  # a slow consumer about to be closed: nothing more for it
         self._write = self.session.send
         self.session.send = self._deliver
         self.session.ready = self._ready
@@ -275,11 +276,18 @@ class MM2ServerProtocol(BrokerProtocol):
             if numbered is not None:
                 self._write(numbered)
                 return
+        if self._cut_off:
+            self.session.stats.dropped += 1
+            return
         for piece in messages(data) if queued is None else (data,):
-            if self._held or not self._has_room():
-                self._hold(piece, queued)
-            else:
-                self._send_numbered(piece, queued)
+            self._held.append((piece, queued))
+            self._held_bytes += len(piece)
+        self._release()
+        if self._held_bytes > self.broker.config.max_backlog:  # what the window keeps back
+            self._cut_off = True
+            self.session.stats.dropped += len(self._held)
+            # not now: the hub may be iterating over the recipients this close removes
+            self.clock.callLater(0, self.session.close, "slow consumer")
 
     def _deliver_queued(self, frame: bytes, message: Message, group: Any) -> None:
         self._deliver(frame, (message, group) if self.window is not None else None)
@@ -336,13 +344,6 @@ class MM2ServerProtocol(BrokerProtocol):
             self.unacked.append((seq, queued))
         self._write(numbered(piece, seq))
 
-    def _hold(self, piece: bytes, queued: Any) -> None:
-        self._held.append((piece, queued))
-        self._held_bytes += len(piece)
-        if self._held_bytes > self.broker.config.max_backlog:
-            self.session.stats.dropped += len(self._held)
-            self.session.close("slow consumer")
-
     def acked(self, seq: int) -> None:
         """The client acknowledged every message up to ``seq``: the window opens."""
         unacked = self.unacked
@@ -355,13 +356,31 @@ class MM2ServerProtocol(BrokerProtocol):
             self.resume_output()
 
     def resume_output(self) -> None:
-        held = self._held
-        while held and self._has_room():
-            piece, queued = held.popleft()
-            self._held_bytes -= len(piece)
-            self._send_numbered(piece, queued)
-        if not held and self.window is not None and self.session.subscriptions:
+        self._release()
+        if not self._held and self.window is not None and self.session.subscriptions:
             self.hub.ready(self.session)  # queue groups may have waiting messages for us
+
+    def _release(self) -> None:
+        """Send held messages while the window has room: consecutive plain ones (not from
+        a queue group) joined and numbered in one pass, the others one by one."""
+        held, window, unacked = self._held, self.window, self.unacked
+        while held and (window is None or len(unacked) < window):
+            room = None if window is None else window - len(unacked)
+            take: list[bytes] = []
+            while held and held[0][1] is None and (room is None or len(take) < room):
+                take.append(held.popleft()[0])
+            if not take:
+                piece, queued = held.popleft()
+                self._held_bytes -= len(piece)
+                self._send_numbered(piece, queued)
+                continue
+            self._held_bytes -= sum(map(len, take))
+            numbered = self._number_all(b"".join(take), room)
+            if numbered is not None:
+                self._write(numbered)
+            else:  # a dotnet marker among them
+                for piece in take:
+                    self._send_numbered(piece, None)
 
     # -- errors and closing -------------------------------------------------------------------
 

@@ -280,3 +280,19 @@ def test_a_run_of_pipelined_ssmp_mcasts_is_numbered_message_by_message(broker):
     assert sub.received() == [MessageFrame(1, "t", b"m0"), MessageFrame(2, "t", b"m1")]
     sub.send(ExtensionFrame(sub.active.id_of("batch-ack"), (2).to_bytes(2, "big")))
     assert sub.received() == [MessageFrame(3, "t", b"m2"), MessageFrame(4, "t", b"m3")]
+
+
+def test_a_consumer_that_never_acks_is_cut_off_past_the_backlog_and_others_go_on():
+    broker = make_broker(BrokerConfig(auth=("open",), max_backlog=1000))
+    stuck = client(broker, "stuck", optional=("pubsub", "ack"))
+    other = client(broker, "other")
+    for c in (stuck, other):
+        c.subscribe("t")
+    pub = client(broker, "pub")
+    for i in range(20):
+        pub.publish("t", b"%03d" % i + b"x" * 97)  # 2,000 bytes in all
+    assert [m.seq for m in stuck.received()] == [1]  # its window, then nothing
+    broker.reactor.advance(0)  # the close comes once the fan-out is over
+    assert stuck.conn.closed  # what waited for its acks outgrew --max-backlog
+    assert len(other.received()) == 20
+    assert not pub.conn.closed
