@@ -187,10 +187,14 @@ def _parse(buf: bytearray, max_payload: int) -> tuple[Frame, int] | int:
     if kind == 0:
         return _parse_message(buf, flags, width, max_payload)
     start = 2 if kind == EXTENSION else 1
+    # the id is checked as soon as its byte is in, so chunking never moves the error
+    if kind == EXTENSION:
+        if size < 2:
+            return 2
+        if buf[1] == 0:
+            raise RemoteProtocolError("extension id 0 (ids start at 1)")
     if size < start + width:
         return start + width
-    if kind == EXTENSION and buf[1] == 0:
-        raise RemoteProtocolError("extension id 0 (ids start at 1)")
     length = _read_length(buf, start, width, max_payload)
     end = start + width + length
     if size < end:

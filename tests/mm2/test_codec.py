@@ -411,3 +411,12 @@ def test_frames_the_protocol_cannot_carry_are_value_errors(frame):
 def test_encode_frame_refuses_what_is_not_a_frame():
     with pytest.raises(TypeError):
         encode_frame(Handshake("x"))  # type: ignore[arg-type]
+
+
+def test_an_extension_id_0_is_refused_as_soon_as_its_byte_arrives():
+    """Found by the fuzzer: the decoder waited for the length byte before looking at the
+    id, so one-byte reads reported the error later than a whole read did."""
+    decoder = FrameDecoder()
+    assert list(decoder.feed(b"\x02")) == []
+    with pytest.raises(RemoteProtocolError, match="extension id 0"):
+        list(decoder.feed(b"\x00"))
