@@ -55,6 +55,7 @@ from msgbroker.plugins.mm2.codec import (
     urlencode,
 )
 from msgbroker.plugins.mm2.properties import is_valid_name
+from tests.fuzzing import mutated
 from tests.mm2.support import feed_frames, feed_handshake, split_at
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -110,27 +111,6 @@ filters = st.one_of(
 )  # fmt: skip
 split_points = st.lists(st.integers(0, 10_000), max_size=8)
 max_payloads = st.sampled_from([0, 3, 255, 300, 1 << 20])
-
-
-@st.composite
-def mutated(draw, data):
-    """``data`` after a few byte flips, insertions, deletions and a possible truncation."""
-    data = bytearray(data)
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "set", "insert", "delete"]))
-        at = draw(st.integers(0, len(data)))
-        if op == "insert":
-            data[at:at] = bytes([draw(st.integers(0, 255))])
-        elif at < len(data):
-            if op == "flip":
-                data[at] ^= 1 << draw(st.integers(0, 7))
-            elif op == "set":
-                data[at] = draw(st.integers(0, 255))
-            else:
-                del data[at]
-    if draw(st.booleans()):
-        del data[draw(st.integers(0, len(data))) :]
-    return bytes(data)
 
 
 valid_streams = st.lists(frames, max_size=5).map(lambda fs: b"".join(map(encode_frame, fs)))

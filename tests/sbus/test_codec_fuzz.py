@@ -25,6 +25,7 @@ from msgbroker.plugins.sbus.codec import (
     parse_packet,
 )
 from msgbroker.plugins.sbus.patterns import is_secret, matches
+from tests.fuzzing import mutated
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -45,27 +46,6 @@ packets = st.one_of(
     st.builds(ControlMessage, keys, payloads),
 )
 max_sizes = st.sampled_from([0, 1, 4, 10, 64, DEFAULT_MAX_PACKET])
-
-
-@st.composite
-def mutated(draw, data):
-    """``data`` after a few byte flips, insertions, deletions and a possible truncation."""
-    data = bytearray(data)
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "set", "insert", "delete"]))
-        at = draw(st.integers(0, len(data)))
-        if op == "insert":
-            data[at:at] = bytes([draw(st.integers(0, 255))])
-        elif at < len(data):
-            if op == "flip":
-                data[at] ^= 1 << draw(st.integers(0, 7))
-            elif op == "set":
-                data[at] = draw(st.integers(0, 255))
-            else:
-                del data[at]
-    if draw(st.booleans()):
-        del data[draw(st.integers(0, len(data))) :]
-    return bytes(data)
 
 
 garbage = st.one_of(

@@ -38,6 +38,7 @@ from msgbroker.plugins.stmp.codec import (
     parse_action,
     parse_prefix,
 )
+from tests.fuzzing import mutated
 
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ROUND_TRIP = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -70,27 +71,6 @@ def messages(draw):
 
 max_payloads = st.sampled_from([0, 3, 16, DEFAULT_MAX_PAYLOAD])
 split_points = st.lists(st.integers(0, 10_000), max_size=8)
-
-
-@st.composite
-def mutated(draw, data):
-    """``data`` after a few byte flips, insertions, deletions and a possible truncation."""
-    data = bytearray(data)
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "set", "insert", "delete"]))
-        at = draw(st.integers(0, len(data)))
-        if op == "insert":
-            data[at:at] = bytes([draw(st.integers(0, 255))])
-        elif at < len(data):
-            if op == "flip":
-                data[at] ^= 1 << draw(st.integers(0, 7))
-            elif op == "set":
-                data[at] = draw(st.integers(0, 255))
-            else:
-                del data[at]
-    if draw(st.booleans()):
-        del data[draw(st.integers(0, len(data))) :]
-    return bytes(data)
 
 
 valid_streams = st.lists(messages(), max_size=6).map(
