@@ -25,8 +25,7 @@ from msgbroker.plugins.stmp.client import (
     connect,
 )
 from msgbroker.plugins.stmp.codec import Ping, Request, Status, encode_binary
-from tests.certs import make_pki
-from tests.ssmp.e2e_support import Inbox, ReactorThread, RunningBroker, reactor_thread
+from tests.ssmp.e2e_support import Inbox
 from tests.stmp.client_support import (
     DELAY,
     ECHO,
@@ -37,46 +36,9 @@ from tests.stmp.client_support import (
     FakeServer,
     Target,
     fake_or_broker,
-    server_tls_context,
-    stmp_broker,
     twisted_client,
     when_handled,
 )
-
-
-@pytest.fixture(scope="module")
-def thread() -> ReactorThread:
-    return reactor_thread()
-
-
-@pytest.fixture(params=["tcp", "ws"])
-def server(request, thread) -> Iterator[FakeServer]:
-    with FakeServer(thread, ws=request.param == "ws") as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture
-def tls_context(pki):
-    return server_tls_context(pki)
-
-
-@pytest.fixture
-def broker(pki) -> Iterator[RunningBroker]:
-    """A broker of its own per test (identities and subscriptions do not carry over)."""
-    with stmp_broker(pki) as running:
-        yield running
-
-
-@pytest.fixture(params=["fake-tcp", "fake-ws", "broker-tcp", "broker-ws"])
-def target(request, thread) -> Iterator[Target]:
-    """The fake server or the real broker, over TCP or WebSocket."""
-    with fake_or_broker(request, thread) as chosen:
-        yield chosen
 
 
 @pytest.fixture(params=["fake-tls", "fake-wss", "broker-tls", "broker-wss"])
