@@ -69,11 +69,16 @@ def delivery_encoder(framing: Framing, encoding: int) -> Callable[[Message], byt
         template = runs.mcast_template(framing, encoding)
 
         def encode(message: Message) -> bytes | None:
-            if template is not None and message.kind is Kind.MCAST:
-                frame = template(message)
-                if frame is not None:
-                    return frame
-            payload = encode_payload(_delivery(message, encoding), encoding)
+            try:
+                if template is not None and message.kind is Kind.MCAST:
+                    frame = template(message)
+                    if frame is not None:
+                        return frame
+                payload = encode_payload(_delivery(message, encoding), encoding)
+            except ValueError:
+                # a topic or sender JSON/msgpack cannot carry as text (an sbus key that is
+                # not UTF-8 maps to lone surrogates): this recipient is skipped
+                return None
             return serialize(Notify(payloads.DELIVERY, encoding, payload), None)
 
         encode.__qualname__ = f"stmp_{framing}_{Encoding(encoding).name.lower()}_delivery"

@@ -195,7 +195,10 @@ def run_encoder(
     def encode_run(run: MessageRun) -> tuple[bytes, int]:
         if run.kind is not Kind.MCAST:
             return _one_by_one(run, encode)
-        return fill(run, encode)
+        try:
+            return fill(run, encode)
+        except ValueError:  # a sender or topic the encoding cannot carry: each is skipped
+            return _one_by_one(run, encode)
 
     return encode_run
 
