@@ -37,6 +37,10 @@ class ProtocolSpec:
     #: where the embedded default configuration listens, or ``None``
     default_endpoint: str | None = None
     description: str = ""
+    #: ``build_endpoint(reactor, endpoint_text)`` -> a server endpoint, for a protocol
+    #: whose listeners are no Twisted endpoint string (sbus: unix seqpacket sockets);
+    #: ``None``: ``twisted.internet.endpoints.serverFromString``
+    build_endpoint: Callable[[Any, str], Any] | None = None
 
 
 class Broker:

@@ -6,9 +6,11 @@ synchronously with bytes produced by the recipient's ``encode``. Recipients are 
 encoder so a message is encoded once per protocol per fan-out.
 
 The hub owns: the identity table (a new login kicks the old holder, whatever its protocol),
-exact topics, presence watchers and the ordering of presence events, unicast, multicast
-(never back to the sender), broadcast de-duplicated across shared topics, and per-recipient
-skips when a protocol cannot carry a message.
+exact topics, sbus-style topic patterns (:mod:`msgbroker.patterns`: indexed, a publish
+never scans every pattern), presence watchers and the ordering of presence events, unicast,
+multicast (never back to the sender, unless an sbus client asks for it), broadcast
+de-duplicated across shared topics, and per-recipient skips when a protocol cannot carry a
+message.
 
 Ordering: every delivery is a synchronous ``send`` into the recipient's FIFO output, so two
 messages from one sender to one recipient keep their order, and a presence UNSUBSCRIBE event
@@ -25,6 +27,7 @@ from attrs import define, field
 from .errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
 from .filters import Filter, FilterIndex
 from .message import ANONYMOUS, Encoder, Kind, Message, MessageRun, RouteResult
+from .patterns import CRED_PREFIX, PatternIndex
 from .queues import QueueGroup
 
 
@@ -92,6 +95,14 @@ class Hub:
         self.on_skip: Callable[[Peer, Message], None] | None = None
         #: while an observed MCAST is offered to queue groups: it, and its counts
         self._counting: tuple[Message, dict[str, int]] | None = None
+        #: pattern subscriptions (sbus); a publish consults them only when there are some
+        self.patterns: PatternIndex[Peer] = PatternIndex()
+        #: topic -> the pattern subscribers matching it, grouped by encoder; emptied
+        #: whenever a pattern is added or removed
+        self._pattern_groups: dict[str, dict[Encoder, dict[Peer, None]]] = {}
+        #: the peer whose message is being routed now (multicasts), for recipients whose
+        #: flood control pauses the publishers that feed them
+        self.source: Peer | None = None
 
     # -- identities ---------------------------------------------------------------------
 
@@ -141,6 +152,10 @@ class Hub:
             raise NotAllowed("anonymous sessions cannot subscribe")
         if topic_name in peer.subscriptions:
             raise AlreadySubscribed(topic_name)
+        if topic_name.startswith(CRED_PREFIX):
+            # secret topics (sbus ``!/cred/<gid>/<uid>/<pid>/...``) go only to the sbus
+            # patterns of subscribers with those credentials (DECISIONS.md)
+            raise NotAllowed("secret topics are for sbus subscribers with those credentials")
         topic = self.topics.get(topic_name)
         if topic is None:
             topic = self.topics[topic_name] = Topic(topic_name)
@@ -219,6 +234,36 @@ class Hub:
             event = Message(Kind.UNSUBSCRIBE, peer.identity or ANONYMOUS, peer.protocol, topic.name)
             self._fan_out(event, topic.watchers, None)
 
+    def subscribe_pattern(self, peer: Peer, pattern: str) -> None:
+        """Deliver to ``peer`` every MCAST whose topic matches ``pattern`` (sbus rules: see
+        :mod:`msgbroker.patterns`), from any protocol. A peer may hold one pattern several
+        times (it gets each message once). Checking that a peer may hold a secret
+        (``!/cred/...``) pattern is its protocol's business. Patterns are not topic
+        membership: no presence events, and no broadcasts."""
+        self.patterns.add(peer, pattern)
+        self._pattern_groups.clear()
+
+    def unsubscribe_pattern(self, peer: Peer, pattern: str) -> bool:
+        """Remove one copy of ``pattern`` from ``peer``; False when it held none."""
+        removed = self.patterns.remove(peer, pattern)
+        if removed:
+            self._pattern_groups.clear()
+        return removed
+
+    def _matching_patterns(self, topic_name: str) -> dict[Encoder, dict[Peer, None]]:
+        groups = self._pattern_groups.get(topic_name)
+        if groups is None:
+            groups = {}
+            for peer in self.patterns.match(topic_name):
+                group = groups.get(peer.encode)
+                if group is None:
+                    group = groups[peer.encode] = {}
+                group[peer] = None
+            if len(self._pattern_groups) >= 4096:
+                self._pattern_groups.clear()
+            self._pattern_groups[topic_name] = groups
+        return groups
+
     def close(self, peer: Peer) -> None:
         """Forget ``peer``: leave every topic (telling watchers) and free its identity.
 
@@ -227,34 +272,71 @@ class Hub:
         """
         for topic in list(peer.subscriptions.values()):
             self._leave(peer, topic)
+        if self.patterns and self.patterns.remove_all(peer):
+            self._pattern_groups.clear()
         identity = peer.identity
         if identity is not None and self.identities.get(identity) is peer:
             del self.identities[identity]
 
     # -- routing ---------------------------------------------------------------------------
 
-    def multicast(self, sender: Peer | None, message: Message) -> int:
-        """Deliver an MCAST to every subscriber of ``message.topic`` except ``sender``.
+    def multicast(self, sender: Peer | None, message: Message, echo: bool = False) -> int:
+        """Deliver an MCAST to every subscriber of ``message.topic`` (exact, filtered, queue
+        groups and matching patterns) except ``sender`` — unless ``echo`` is set, then the
+        sender too when it subscribes (sbus).
 
         Returns the number of deliveries. No subscribers is not an error.
         """
+        self.source = sender
+        exclude = None if echo else sender
         topic = self.topics.get(message.topic)  # type: ignore[arg-type]
+        if self.patterns:
+            matched = self._matching_patterns(message.topic)  # type: ignore[arg-type]
+            if matched:
+                return self._route_with_patterns(message, topic, matched, exclude)
         if topic is None:
             self.stats.routed += 1
             if self.observer is not None:
                 self.observer(message, RouteResult({}))
             return 0
         if topic.queues:
-            return self._route_with_queues(message, topic, sender)
+            return self._route_with_queues(message, topic, exclude)
         if topic.filtered:
-            return self._route(message, _with_filtered(topic, message), sender)
-        return self._route(message, topic.by_encoder, sender)
+            return self._route(message, _with_filtered(topic, message), exclude)
+        return self._route(message, topic.by_encoder, exclude)
 
-    def _route_with_queues(self, message: Message, topic: Topic, sender: Peer | None) -> int:
-        """An MCAST to a topic with queue groups: the subscribers, then one member of each
-        group. The observer's RouteResult counts the queue members that took it now (not
-        those it reaches later, once a member has room)."""
-        groups = _with_filtered(topic, message) if topic.filtered else topic.by_encoder
+    def _route_with_patterns(
+        self,
+        message: Message,
+        topic: Topic | None,
+        matched: dict[Encoder, dict[Peer, None]],
+        exclude: Peer | None,
+    ) -> int:
+        """An MCAST that pattern subscribers receive, beside the topic's own members."""
+        if topic is None:
+            return self._route(message, matched, exclude)
+        own = _with_filtered(topic, message) if topic.filtered else topic.by_encoder
+        groups = dict(own)
+        for encoder, peers in matched.items():
+            group = groups.get(encoder)
+            groups[encoder] = peers if group is None else {**group, **peers}
+        if topic.queues:
+            return self._route_with_queues(message, topic, exclude, groups)
+        return self._route(message, groups, exclude)
+
+    def _route_with_queues(
+        self,
+        message: Message,
+        topic: Topic,
+        sender: Peer | None,
+        groups: dict[Encoder, dict[Peer, None]] | None = None,
+    ) -> int:
+        """An MCAST to a topic with queue groups: the subscribers (``groups``, the topic's
+        own when not given), then one member of each group. The observer's RouteResult
+        counts the queue members that took it now (not those it reaches later, once a
+        member has room)."""
+        if groups is None:
+            groups = _with_filtered(topic, message) if topic.filtered else topic.by_encoder
         queues: list[QueueGroup] = list((topic.queues or {}).values())
         stats, observer = self.stats, self.observer
         if observer is None:
@@ -304,9 +386,15 @@ class Hub:
         Same outcome as ``run.count`` calls of :meth:`multicast`, in order; with an
         observer set it is exactly that, so the observer sees every message.
         """
-        if self.observer is not None or _one_by_one(self.topics.get(run.topic)):
-            # message by message: the observer sees each; filters look at each
+        if (
+            self.observer is not None
+            or _one_by_one(self.topics.get(run.topic))
+            or (self.patterns and self._matching_patterns(run.topic))
+        ):
+            # message by message: the observer sees each; filters look at each; pattern
+            # subscribers (sbus) take one packet per message
             return sum(self.multicast(sender, m) for m in run.messages())
+        self.source = sender
         stats = self.stats
         stats.routed += run.count
         topic = self.topics.get(run.topic)

@@ -30,6 +30,7 @@ BUILTIN_PLUGINS = {
     "stmp": "msgbroker.plugins.stmp.plugin",
     "mm2": "msgbroker.plugins.mm2.plugin",
     "mm2-extensions": "msgbroker.plugins.mm2.builtin",
+    "sbus": "msgbroker.plugins.sbus.plugin",
     "auth-open": "msgbroker.plugins.auth.open",
     "auth-secret": "msgbroker.plugins.auth.secret",
     "auth-cert": "msgbroker.plugins.auth.cert",

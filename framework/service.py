@@ -129,6 +129,13 @@ class BrokerService(service.MultiService):
             )
         factory: Any = spec.build_factory(self.broker, listener)
         endpoint_text = listener.endpoint
+        if spec.build_endpoint is not None:
+            try:
+                endpoint = spec.build_endpoint(self.reactor, endpoint_text)
+            except ValueError as e:
+                raise ConfigError(f"bad endpoint in --listen {listener}: {e}") from None
+            ListenerService(self.broker, listener, endpoint, factory).setServiceParent(self)
+            return
         if endpoint_text.startswith("tls:"):
             # our TLS: any stream endpoint (tcp by default) wrapped with the broker's context
             rest = endpoint_text[len("tls:") :]

@@ -1,0 +1,281 @@
+"""Flood control: what happens to the packets one sbus client cannot take right now.
+
+Every client has an :class:`Outbox`. A delivery is sent straight to the client's socket
+while the socket takes it and nothing is waiting; otherwise the client's own choice,
+made with control messages (sbus.txt, "Flood control"), decides:
+
+``blocking/soft/...`` — what to do with a packet that cannot be sent without blocking:
+
+- ``queue`` (default): keep it, to send when the socket is writable again;
+- ``discard``: drop it (and count it);
+- ``block``: keep it, and pause reading from the publisher that sent it until this
+  client's backlog is empty — the publisher waits, nobody else does;
+- ``error``: the client is misbehaving: it is disconnected.
+
+``blocking/hard/...`` — what to do when a kept packet would take the backlog past the
+configured bound (bytes):
+
+- ``discard``: drop the new packet (the broker's default with ``--slow-consumer drop``);
+- ``block``: keep it anyway and pause its publisher, so the backlog overshoots the bound
+  by at most one packet per publisher;
+- ``error``: disconnect the client (the broker's default, ``--slow-consumer disconnect``).
+
+``order/...`` — in which order a backlog is sent: ``queue`` oldest first (default),
+``stack`` newest first, ``random`` largest first: the order that frees memory fastest,
+which is what sbus.txt asks of ``random``; equal sizes go oldest first.
+
+Nothing here blocks the bus: a slow client only ever costs its own backlog, its own
+packets, or (with ``block``) the reading of the publishers that feed it.
+
+No Twisted here: the outbox writes through a ``send`` callable with the semantics of
+``socket.send`` on a non-blocking socket (``BlockingIOError`` when full), and asks for
+write readiness through ``want_writable(bool)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from attrs import define
+
+SOFT = ("queue", "discard", "block", "error")
+HARD = ("discard", "block", "error")
+ORDER = ("queue", "stack", "random")
+
+
+@define
+class FloodPolicy:
+    """One client's current choices (the most recent control message of each group)."""
+
+    soft: str = "queue"
+    hard: str = "error"
+    order: str = "queue"
+
+    def apply(self, key: bytes) -> bool:
+        """Take the control message ``key`` (``blocking/soft/queue`` ...); False when it is
+        not a flood-control key."""
+        group, _, how = key.decode("ascii", "replace").rpartition("/")
+        if group == "blocking/soft" and how in SOFT:
+            self.soft = how
+        elif group == "blocking/hard" and how in HARD:
+            self.hard = how
+        elif group == "order" and how in ORDER:
+            self.order = how
+        else:
+            return False
+        return True
+
+
+class Throttle:
+    """Pauses a publisher's reading while some outbox it filled asks it to wait, and
+    resumes it when none does any longer. ``pause``/``resume`` are its transport's
+    ``pauseProducing``/``resumeProducing``."""
+
+    __slots__ = ("_holders", "pause", "resume")
+
+    def __init__(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        self.pause = pause
+        self.resume = resume
+        self._holders: set[Outbox] = set()
+
+    @property
+    def held(self) -> bool:
+        return bool(self._holders)
+
+    def hold(self, outbox: Outbox) -> None:
+        if not self._holders:
+            self.pause()
+        self._holders.add(outbox)
+
+    def release(self, outbox: Outbox) -> None:
+        holders = self._holders
+        if outbox in holders:
+            holders.discard(outbox)
+            if not holders:
+                self.resume()
+
+
+class Outbox:
+    """One client's outgoing packets: sent at once when possible, else governed by its
+    :class:`FloodPolicy` (see the module docstring).
+
+    ``max_bytes`` bounds the backlog. ``on_error(reason)`` disconnects the client.
+    ``source()`` returns the :class:`Throttle` of the publisher whose message is being
+    delivered now, or None.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[bytes], Any],
+        want_writable: Callable[[bool], None],
+        on_error: Callable[[str], None],
+        max_bytes: int,
+        source: Callable[[], Throttle | None] = lambda: None,
+        policy: FloodPolicy | None = None,
+    ) -> None:
+        self._send = send
+        self._want_writable = want_writable
+        self._on_error = on_error
+        self._source = source
+        self.max_bytes = max_bytes
+        self.policy = policy or FloodPolicy()
+        #: packets waiting, oldest first (``order/queue`` and ``order/stack``)
+        self._waiting: deque[bytes] = deque()
+        #: packets waiting as a heap of (-size, arrival, packet) (``order/random``)
+        self._heap: list[tuple[int, int, bytes]] | None = None
+        self._arrivals = 0
+        self.backlog = 0
+        self.dropped = 0
+        self.closed = False
+        self._holding: set[Throttle] = set()
+        self.reorder()
+
+    def __len__(self) -> int:
+        return len(self._heap) if self._heap is not None else len(self._waiting)
+
+    # -- delivering ------------------------------------------------------------------------
+
+    def offer(self, packet: bytes) -> None:
+        """Deliver ``packet``: sent now, or kept, dropped or the client disconnected as its
+        policy says. The hub calls this once per delivery."""
+        if not self.backlog and not self.closed:
+            try:
+                self._send(packet)
+                return
+            except BlockingIOError:
+                pass
+            except OSError:
+                self._failed()
+                return
+        self._cannot_send(packet)
+
+    def reply(self, packet: bytes) -> None:
+        """A packet the client asked for (the answer to ``!/cred/whoami``): never dropped
+        by the soft policy, and in order with everything else sent to it."""
+        if self.closed:
+            return
+        if not self.backlog:
+            try:
+                self._send(packet)
+                return
+            except BlockingIOError:
+                pass
+            except OSError:
+                self._failed()
+                return
+        self._keep(packet, hold=False)
+
+    def _cannot_send(self, packet: bytes) -> None:
+        if self.closed:
+            return
+        soft = self.policy.soft
+        if soft == "queue":
+            self._keep(packet, hold=False)
+        elif soft == "discard":
+            self.dropped += 1
+        elif soft == "block":
+            self._keep(packet, hold=True)
+        else:
+            self._error("could not take a message (blocking/soft/error)")
+
+    def _keep(self, packet: bytes, hold: bool) -> None:
+        size = len(packet)
+        if self.backlog + size > self.max_bytes:
+            hard = self.policy.hard
+            if hard == "discard":
+                self.dropped += 1
+                return
+            if hard == "error":
+                self._error("backlog over its bound (blocking/hard/error)")
+                return
+            hold = True  # hard/block: keep it, and stop its publisher
+        if hold:
+            throttle = self._source()
+            if throttle is not None and throttle not in self._holding:
+                self._holding.add(throttle)
+                throttle.hold(self)
+        if not self.backlog:
+            self._want_writable(True)
+        self.backlog += size
+        heap = self._heap
+        if heap is not None:
+            self._arrivals += 1
+            heapq.heappush(heap, (-size, self._arrivals, packet))
+        else:
+            self._waiting.append(packet)
+
+    # -- the socket is writable again -----------------------------------------------------
+
+    def drain(self) -> None:
+        """Send what waits until the socket is full or nothing is left; then release the
+        publishers this backlog paused, once it is empty."""
+        send = self._send
+        try:
+            if self._heap is not None:
+                heap = self._heap
+                while heap:
+                    send(heap[0][2])
+                    self.backlog += heapq.heappop(heap)[0]
+            else:
+                waiting = self._waiting
+                take = waiting.pop if self.policy.order == "stack" else waiting.popleft
+                while waiting:
+                    packet = take()
+                    try:
+                        send(packet)
+                    except BaseException:
+                        # not sent: back where it came from
+                        if take == waiting.pop:
+                            waiting.append(packet)
+                        else:
+                            waiting.appendleft(packet)
+                        raise
+                    self.backlog -= len(packet)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._failed()
+            return
+        self._want_writable(False)
+        self._release()
+
+    def reorder(self) -> None:
+        """The ``order/*`` policy changed: arrange what waits accordingly."""
+        if self.policy.order == "random":
+            if self._heap is None:
+                self._heap = [(-len(p), i, p) for i, p in enumerate(self._waiting)]
+                heapq.heapify(self._heap)
+                self._arrivals = len(self._heap)
+                self._waiting.clear()
+        elif self._heap is not None:
+            self._waiting.extend(p for _, _, p in sorted(self._heap, key=lambda e: e[1]))
+            self._heap = None
+
+    # -- ends ------------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        holding, self._holding = self._holding, set()
+        for throttle in holding:
+            throttle.release(self)
+
+    def _error(self, reason: str) -> None:
+        self.close()
+        self._on_error(reason)
+
+    def _failed(self) -> None:
+        # the client is gone (EPIPE, ECONNRESET): its reader will see the end
+        self.close()
+
+    def close(self) -> None:
+        """Forget every waiting packet and let the publishers this outbox paused go."""
+        if self.closed:
+            return
+        self.closed = True
+        self._waiting.clear()
+        self._heap = None
+        self.backlog = 0
+        self._want_writable(False)
+        self._release()

@@ -1,0 +1,58 @@
+"""The sbus plugin: the ``sbus`` protocol on unix seqpacket sockets.
+
+``--listen sbus=unix:PATH`` (also ``sbus=PATH``, and every address ``sbusd -a`` takes:
+``/dev/fd/N``, ``/dev/unix/abstract[/HEX]``), with options ``mode=0700`` (the socket
+file's permissions) and ``max-packet=N`` (the largest packet a client may send). The
+embedded default listens at ``$XDG_RUNTIME_DIR/msgbroker/sbus.socket``, or under the
+temporary directory when there is no runtime directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from msgbroker import hookimpl
+from msgbroker.broker import ProtocolSpec
+
+from .protocol import SbusFactory
+from .seqpacket import SeqpacketServerEndpoint, parse_endpoint
+
+if TYPE_CHECKING:
+    from msgbroker.broker import Broker
+    from msgbroker.config import Listener
+
+
+def default_path() -> str:
+    """Where the embedded default listens (its directory is made, mode 0700, on bind)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return os.path.join(runtime, "msgbroker", "sbus.socket")
+    return os.path.join(tempfile.gettempdir(), f"msgbroker-{os.getuid()}", "sbus.socket")
+
+
+def build_endpoint(reactor: Any, text: str) -> SeqpacketServerEndpoint:
+    endpoint = parse_endpoint(reactor, text)
+    if text == "unix:" + default_path():
+        os.makedirs(os.path.dirname(default_path()), mode=0o700, exist_ok=True)
+    return endpoint
+
+
+def build_factory(broker: Broker, listener: Listener) -> SbusFactory:
+    # the same parse as the endpoint's: the protocol checks the size the port reads
+    return SbusFactory(broker, parse_endpoint(None, listener.endpoint).max_packet)
+
+
+@hookimpl
+def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
+    register(
+        ProtocolSpec(
+            "sbus",
+            build_factory,
+            "unix:" + default_path(),
+            "sbus on a unix seqpacket socket",
+            build_endpoint=build_endpoint,
+        )
+    )

@@ -1,0 +1,235 @@
+"""sbus server protocol: the thin Twisted adapter between the codec, the hub and one
+client's :class:`~.flood.Outbox`.
+
+An sbus client has no login: it is known as ``sbus:<uid>:<pid>`` from its SO_PEERCRED
+credentials as soon as it connects. It is not entered in the identity table: a process
+may open many sbus connections, and sbus has no unicast a name would be for. Its
+subscriptions are hub patterns (:meth:`~msgbroker.hub.Hub.subscribe_pattern`), so they
+receive what every protocol publishes; its ``MSG`` packets are MCASTs on the topic its key
+maps to, and sbus recipients get the very packet that came in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from msgbroker.errors import RemoteProtocolError
+from msgbroker.message import Kind, Message
+
+from . import codec
+from .flood import Throttle
+from .patterns import key_to_topic, resolve_subscription, topic_to_key
+
+log = Logger(namespace="msgbroker.sbus")
+
+NAME = "sbus"
+_MSG = b"MSG "
+
+
+def encode_message(message: Message) -> bytes | None:
+    """The ``MSG key\\0payload`` packet for an MCAST; None for what sbus cannot carry: any
+    other kind, or a topic that is no routing key (a NUL, or a lone surrogate)."""
+    if message.kind is not Kind.MCAST:
+        return None
+    try:
+        key = topic_to_key(message.topic)  # type: ignore[arg-type]
+    except ValueError:
+        return None
+    return _MSG + key + b"\0" + message.payload
+
+
+def throttle_of(session: Any) -> Throttle | None:
+    """The :class:`Throttle` that pauses reading from ``session``'s connection (whatever
+    its protocol), made on first use."""
+    data = session.data
+    throttle = data.get("sbus.throttle")
+    if throttle is None:
+        transport = session.transport
+        pause = getattr(transport, "pauseProducing", None)
+        resume = getattr(transport, "resumeProducing", None)
+        if pause is None or resume is None:
+            return None
+
+        def paused() -> None:
+            if session.close_reason is None:
+                pause()
+
+        def resumed() -> None:
+            if session.close_reason is None:
+                resume()
+
+        throttle = data["sbus.throttle"] = Throttle(paused, resumed)
+    return throttle
+
+
+class SbusServerProtocol(Protocol):
+    """One sbus client (see the module docstring)."""
+
+    def __init__(self, broker: Any, max_packet: int) -> None:
+        self.broker = broker
+        self.hub = broker.hub
+        self.max_packet = max_packet
+        #: whether the client receives its own messages (``CMSG echo/off`` clears it)
+        self.echo = True
+        self.identity = ""
+        self.credentials: Any = None
+        self.session: Any = None
+
+    def connectionMade(self) -> None:
+        transport: Any = self.transport
+        credentials = self.credentials = transport.credentials
+        self.identity = f"sbus:{credentials.uid}:{credentials.pid}"
+        session = self.session = self.broker.open_session(
+            protocol=NAME,
+            encode=encode_message,
+            transport=transport,
+            closer=self._close,
+            host="",
+        )
+        session.identity = self.identity
+        session.send = transport.outbox.offer
+        session.data["sbus.credentials"] = credentials
+        outbox = transport.outbox
+        outbox.policy.hard = "discard" if self.broker.policy.drop else "error"
+        outbox.max_bytes = self.broker.policy.max_backlog
+
+    # -- packets -----------------------------------------------------------------------------
+
+    def packetReceived(self, data: bytes) -> None:
+        if len(data) > self.max_packet:
+            self._protocol_error(f"packet of more than {self.max_packet} bytes")
+            return
+        if data[:4] == _MSG:  # the hot path: a publish, routed without a packet object
+            nul = data.find(b"\0", 4)
+            if nul < 0:
+                self._protocol_error("MSG without a NUL after its routing key")
+                return
+            self._publish(data[4:nul], data, nul)
+            return
+        try:
+            packet = codec.parse_packet(data, self.max_packet)
+        except RemoteProtocolError as e:
+            self._protocol_error(str(e))
+            return
+        if isinstance(packet, codec.Subscribe):
+            self._subscribe(packet.pattern)
+        elif isinstance(packet, codec.Unsubscribe):
+            self._unsubscribe(packet.pattern)
+        elif isinstance(packet, codec.ControlMessage):
+            self._control(packet)
+
+    def _publish(self, key: bytes, data: bytes, nul: int) -> None:
+        topic = key.decode("utf-8", "surrogateescape")
+        broker = self.broker
+        if broker.authorizes and not broker.authorize(self.session, "publish", topic):
+            self._refused("publish", topic)
+            return
+        message = Message(Kind.MCAST, self.identity, NAME, topic, data[nul + 1 :])
+        message.preencode(encode_message, data)  # sbus recipients get this very packet
+        # other protocols' recipients are batched: flushed on the reactor's next turn
+        self.hub.multicast(self.session, message, self.echo)
+
+    def _subscribe(self, pattern: bytes) -> None:
+        credentials = self.credentials
+        stored = resolve_subscription(pattern, credentials.gid, credentials.uid, credentials.pid)
+        if stored is None:
+            self._protocol_error(f"may not subscribe to {pattern!r}: not its credentials")
+            return
+        topic = key_to_topic(stored)
+        broker = self.broker
+        if broker.authorizes and not broker.authorize(self.session, "subscribe", topic):
+            self._refused("subscribe", topic)
+            return
+        self.hub.subscribe_pattern(self.session, topic)
+
+    def _unsubscribe(self, pattern: bytes) -> None:
+        credentials = self.credentials
+        stored = resolve_subscription(pattern, credentials.gid, credentials.uid, credentials.pid)
+        if stored is not None:  # an unknown pattern is ignored (DECISIONS.md)
+            self.hub.unsubscribe_pattern(self.session, key_to_topic(stored))
+
+    def _control(self, packet: codec.ControlMessage) -> None:
+        key = packet.key
+        outbox: Any = self.transport.outbox  # type: ignore[union-attr]
+        if key == codec.WHOAMI:
+            c = self.credentials
+            outbox.reply(codec.encode_packet(codec.whoami_reply(c.gid, c.uid, c.pid)))
+        elif key == codec.ECHO_OFF:
+            self.echo = False
+        elif key == codec.ECHO_ON:
+            self.echo = True
+        elif key in codec.FLOOD_CONTROL:
+            order = outbox.policy.order
+            outbox.policy.apply(key)
+            if outbox.policy.order != order:
+                outbox.reorder()
+        # any other control message is the server's to ignore; none is ever forwarded
+
+    # -- ends ------------------------------------------------------------------------------
+
+    def _protocol_error(self, reason: str) -> None:
+        log.info(
+            "sbus client {identity} disconnected: {reason}", identity=self.identity, reason=reason
+        )
+        self.session.close("protocol error")
+
+    def _refused(self, action: str, topic: str) -> None:
+        log.info(
+            "sbus client {identity} may not {action} {topic!r}: disconnected",
+            identity=self.identity,
+            action=action,
+            topic=topic,
+        )
+        self.session.close("not authorized")
+
+    def flood_error(self, reason: str) -> None:
+        """The outbox gave up on this client (``blocking/*/error``)."""
+        log.info(
+            "sbus client {identity} disconnected: {reason}", identity=self.identity, reason=reason
+        )
+        self.session.stats.dropped += 1
+        self.session.close("slow consumer")
+
+    def _close(self, reason: str) -> None:
+        transport: Any = self.transport
+        if reason in ("shutdown", "kicked"):
+            transport.loseConnection()
+        else:
+            transport.abortConnection()
+
+    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
+        session = self.session
+        if session is None:
+            return
+        self.broker.session_closed(session, "closed by peer")
+        callbacks, session.on_lost = session.on_lost, []
+        for callback in callbacks:
+            callback()
+
+
+class SbusFactory(Factory):
+    """Builds one :class:`SbusServerProtocol` per client of one listener; ``source()`` is
+    the throttle of the publisher being routed now (for ``block`` flood control)."""
+
+    def __init__(self, broker: Any, max_packet: int = codec.DEFAULT_MAX_PACKET) -> None:
+        self.broker = broker
+        self.max_packet = max_packet
+
+    def source(self) -> Throttle | None:
+        peer = self.broker.hub.source
+        return None if peer is None else throttle_of(peer)
+
+    def buildProtocol(self, addr: Any) -> SbusServerProtocol:
+        protocol = SbusServerProtocol(self.broker, self.max_packet)
+        protocol.factory = self
+        return protocol
+
+    def doStart(self) -> None:  # quiet: the service logs what each listener is bound to
+        self.numPorts += 1
+
+    def doStop(self) -> None:
+        self.numPorts -= 1
