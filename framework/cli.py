@@ -27,6 +27,7 @@ PROTOCOL_COMMANDS = (
     "msgbroker.plugins.ssmp.cli",
     "msgbroker.plugins.stmp.cli",
     "msgbroker.plugins.mm2.cli",
+    "msgbroker.plugins.sbus.cli",
 )
 
 PROG = "msgbroker"
