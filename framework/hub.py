@@ -103,6 +103,9 @@ class Hub:
         #: the peer whose message is being routed now (multicasts), for recipients whose
         #: flood control pauses the publishers that feed them
         self.source: Peer | None = None
+        #: bumped by every change of who receives what (subscriptions, patterns, closes):
+        #: a protocol may cache a topic's recipients while this stays the same
+        self.generation = 0
 
     # -- identities ---------------------------------------------------------------------
 
@@ -182,6 +185,7 @@ class Hub:
                 group = topic.by_encoder[peer.encode] = {}
             group[peer] = None
         peer.subscriptions[topic_name] = topic
+        self.generation += 1
         if topic.watchers:
             event = Message(Kind.SUBSCRIBE, identity, peer.protocol, topic_name, presence=presence)
             self._fan_out(event, topic.watchers, None)
@@ -213,6 +217,7 @@ class Hub:
         self._leave(peer, topic)
 
     def _leave(self, peer: Peer, topic: Topic) -> None:
+        self.generation += 1
         del peer.subscriptions[topic.name]
         del topic.members[peer]
         topic.watchers.pop(peer, None)
@@ -242,12 +247,14 @@ class Hub:
         membership: no presence events, and no broadcasts."""
         self.patterns.add(peer, pattern)
         self._pattern_groups.clear()
+        self.generation += 1
 
     def unsubscribe_pattern(self, peer: Peer, pattern: str) -> bool:
         """Remove one copy of ``pattern`` from ``peer``; False when it held none."""
         removed = self.patterns.remove(peer, pattern)
         if removed:
             self._pattern_groups.clear()
+            self.generation += 1
         return removed
 
     def _matching_patterns(self, topic_name: str) -> dict[Encoder, dict[Peer, None]]:
@@ -274,6 +281,7 @@ class Hub:
             self._leave(peer, topic)
         if self.patterns and self.patterns.remove_all(peer):
             self._pattern_groups.clear()
+            self.generation += 1
         identity = peer.identity
         if identity is not None and self.identities.get(identity) is peer:
             del self.identities[identity]

@@ -75,6 +75,8 @@ class SbusServerProtocol(Protocol):
         self.max_packet = max_packet
         #: whether the client receives its own messages (``CMSG echo/off`` clears it)
         self.echo = True
+        #: routing key -> (hub generation, recipients' offer, how many): see _remember_route
+        self._routes: dict[bytes, tuple[int, tuple[Any, ...], int]] = {}
         self.identity = ""
         self.credentials: Any = None
         self.session: Any = None
@@ -103,12 +105,24 @@ class SbusServerProtocol(Protocol):
         if len(data) > self.max_packet:
             self._protocol_error(f"packet of more than {self.max_packet} bytes")
             return
-        if data[:4] == _MSG:  # the hot path: a publish, routed without a packet object
+        if data[:4] == _MSG:  # the hot path: a publish
             nul = data.find(b"\0", 4)
             if nul < 0:
                 self._protocol_error("MSG without a NUL after its routing key")
                 return
-            self._publish(data[4:nul], data, nul)
+            key = data[4:nul]
+            route = self._routes.get(key)
+            hub = self.hub
+            if route is not None and route[0] == hub.generation:
+                # only sbus clients receive it: the packet itself goes to each, no Message
+                hub.source = self.session
+                for offer in route[1]:
+                    offer(data)
+                stats = hub.stats
+                stats.routed += 1
+                stats.delivered += route[2]
+                return
+            self._publish(key, data, nul)
             return
         try:
             packet = codec.parse_packet(data, self.max_packet)
@@ -132,6 +146,28 @@ class SbusServerProtocol(Protocol):
         message.preencode(encode_message, data)  # sbus recipients get this very packet
         # other protocols' recipients are batched: flushed on the reactor's next turn
         self.hub.multicast(self.session, message, self.echo)
+        self._remember_route(key, topic)
+
+    def _remember_route(self, key: bytes, topic: str) -> None:
+        """When only sbus clients receive ``topic`` (no member of another protocol, no
+        observer, no authorization hook), remember their ``offer``s: the next publishes
+        on ``key`` skip the Message and the hub until the hub's recipients change."""
+        hub = self.hub
+        if hub.observer is not None or self.broker.authorizes or topic in hub.topics:
+            return
+        groups = hub._matching_patterns(topic) if hub.patterns else {}
+        if any(encoder is not encode_message for encoder in groups):
+            return
+        session = self.session
+        offers = tuple(
+            peer.send
+            for peer in groups.get(encode_message, ())
+            if self.echo or peer is not session
+        )
+        routes = self._routes
+        if len(routes) >= 1024:
+            routes.clear()
+        routes[key] = (hub.generation, offers, len(offers))
 
     def _subscribe(self, pattern: bytes) -> None:
         credentials = self.credentials
@@ -160,8 +196,10 @@ class SbusServerProtocol(Protocol):
             outbox.reply(codec.encode_packet(codec.whoami_reply(c.gid, c.uid, c.pid)))
         elif key == codec.ECHO_OFF:
             self.echo = False
+            self._routes.clear()
         elif key == codec.ECHO_ON:
             self.echo = True
+            self._routes.clear()
         elif key in codec.FLOOD_CONTROL:
             order = outbox.policy.order
             outbox.policy.apply(key)

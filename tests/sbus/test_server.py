@@ -310,3 +310,38 @@ def test_a_stale_socket_file_is_replaced_and_a_live_one_is_not(tmp_path):
     with pytest.raises(OSError):
         bind(SeqpacketAddress(path=str(regular)))
     assert regular.read_text() == "not a socket"
+
+
+def test_repeated_publishes_follow_every_change_of_recipients(bus):
+    """A publisher's repeated key is routed from a cache of its recipients: every change
+    (SUB, UNSUB, another protocol's subscriber, echo) must show at once."""
+    publisher, first = bus.client(), bus.client()
+    first.send(b"SUB m19")
+    first.sync()
+    publisher.send(b"MSG m19\0a")
+    publisher.send(b"MSG m19\0b")
+    first.expect(b"MSG m19\0a", b"MSG m19\0b")
+    second = bus.client()
+    second.send(b"SUB m1*")
+    second.sync()
+    publisher.send(b"MSG m19\0c")
+    first.expect(b"MSG m19\0c")
+    second.expect(b"MSG m19\0c")
+    first.send(b"UNSUB m19")
+    first.sync()
+    publisher.send(b"MSG m19\0d")
+    second.expect(b"MSG m19\0d")
+    sock, reader = bus.ssmp("m19-ssmp")
+    sock.sendall(b"SUBSCRIBE m19\n")
+    assert reader.readline() == b"200\n"
+    publisher.send(b"MSG m19\0e")
+    second.expect(b"MSG m19\0e")
+    assert reader.readline().endswith(b" MCAST m19 e\n")
+    publisher.send(b"SUB m19")
+    publisher.send(b"MSG m19\0f")
+    publisher.expect(b"MSG m19\0f")  # echo
+    publisher.send(b"CMSG echo/off")
+    publisher.send(b"MSG m19\0g")
+    second.expect(b"MSG m19\0f", b"MSG m19\0g")
+    assert publisher.sync() == [] and first.sync() == []
+    sock.close()
