@@ -5,14 +5,17 @@ one packet. So the transport here speaks packets, not a byte stream:
 
 - :class:`SeqpacketConnection` is a connected socket. Readable: it receives packets until
   ``EAGAIN`` (or until its protocol pauses it) and hands each to the protocol's
-  ``packetReceived(data)``; end of stream is ``connectionLost``. ``write(packet)`` sends one
-  packet through the connection's :class:`~.flood.Outbox`, which keeps what the socket does
-  not take and sends it when the socket is writable.
+  ``packetReceived(data)``, in slices of at most 256 packets per reactor turn, so one busy
+  publisher never keeps the reactor from writing to the subscribers or reading others; end
+  of stream is ``connectionLost``. ``write(packet)`` sends one packet through the
+  connection's :class:`~.flood.Outbox`, which keeps what the socket does not take and
+  sends it when the socket is writable.
 - :class:`SeqpacketPort` listens: it accepts until ``EAGAIN``, reads each client's
   SO_PEERCRED credentials, can refuse clients by credentials (``sbusd -u``), and builds one
   protocol per client from a Twisted factory.
 - :class:`SeqpacketServerEndpoint` makes a port out of an address as ``sbusd`` writes them
-  (:func:`parse_address`), so ``--listen sbus=unix:PATH`` goes through the same service
+  (:func:`~.addresses.parse_address`, re-exported here with the rest of
+  :mod:`.addresses`), so ``--listen sbus=unix:PATH`` goes through the same service
   code as every other listener.
 
 A packet that a peer sent before closing is received before the end of stream, so it is
@@ -26,7 +29,6 @@ import contextlib
 import errno
 import os
 import socket
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -36,133 +38,38 @@ from twisted.internet.address import UNIXAddress
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from .addresses import (
+    Credentials,
+    SeqpacketAddress,
+    bind,
+    connect,
+    new_socket,
+    parse_address,
+    peer_credentials,
+)
 from .flood import Outbox
+
+__all__ = [
+    "Credentials",
+    "SeqpacketAddress",
+    "SeqpacketConnection",
+    "SeqpacketPort",
+    "SeqpacketServerEndpoint",
+    "bind",
+    "connect",
+    "new_socket",
+    "parse_address",
+    "parse_endpoint",
+    "peer_credentials",
+]
 
 log = Logger(namespace="msgbroker.sbus")
 
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 #: how many clients one readable event of a listening socket accepts at most
 _ACCEPTS_PER_EVENT = 64
-
-
-@frozen
-class Credentials:
-    """A peer's SO_PEERCRED, as the kernel saw it when the socket was connected."""
-
-    pid: int
-    uid: int
-    gid: int
-
-
-def peer_credentials(sock: socket.socket) -> Credentials:
-    pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    return Credentials(pid, uid, gid)
-
-
-# -- addresses -----------------------------------------------------------------------------
-
-
-@frozen
-class SeqpacketAddress:
-    """Where an sbus bus is: a filesystem ``path``, an ``abstract`` name (bytes, without the
-    leading NUL), or an inherited, already bound socket ``fd`` (``/dev/fd/N``)."""
-
-    path: str | None = None
-    abstract: bytes | None = None
-    fd: int | None = None
-
-    def sockaddr(self) -> str | bytes:
-        if self.abstract is not None:
-            return b"\0" + self.abstract
-        if self.path is None:
-            raise ValueError("an inherited socket has no address to bind or connect to")
-        return self.path
-
-    def __str__(self) -> str:
-        if self.abstract is not None:
-            return "/dev/unix/abstract/" + self.abstract.hex()
-        if self.fd is not None:
-            return f"/dev/fd/{self.fd}"
-        return self.path or ""
-
-
-def parse_address(text: str) -> SeqpacketAddress:
-    """An address as ``sbusd -a`` takes it: a path; ``/dev/fd/N`` (an inherited socket);
-    ``/dev/unix/abstract`` (a random abstract name); ``/dev/unix/abstract/<hex>`` (that
-    abstract name); or ``@name`` (an abstract name in text, as Twisted writes them)."""
-    if text.startswith("/dev/fd/"):
-        number = text[len("/dev/fd/") :]
-        if not number.isdigit():
-            raise ValueError(f"bad file descriptor address {text!r}")
-        return SeqpacketAddress(fd=int(number))
-    if text == "/dev/unix/abstract":
-        return SeqpacketAddress(abstract=os.urandom(8).hex().encode())
-    if text.startswith("/dev/unix/abstract/"):
-        try:
-            return SeqpacketAddress(abstract=bytes.fromhex(text[len("/dev/unix/abstract/") :]))
-        except ValueError:
-            raise ValueError(f"bad abstract address {text!r}: not hexadecimal") from None
-    if text.startswith("@"):
-        return SeqpacketAddress(abstract=text[1:].encode())
-    if not text:
-        raise ValueError("empty socket address")
-    return SeqpacketAddress(path=text)
-
-
-def new_socket() -> socket.socket:
-    return socket.socket(
-        socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
-    )
-
-
-def bind(
-    address: SeqpacketAddress, mode: int = 0o700, replace: bool = False, backlog: int = 128
-) -> socket.socket:
-    """A listening socket at ``address``. A socket file gets ``mode`` before ``listen``, so
-    no client can connect while it is still more open than asked. An existing socket file
-    is replaced when ``replace`` is set, or when it is stale (nobody accepts on it: a
-    broker that was killed); a live one is ``EADDRINUSE``."""
-    if address.fd is not None:
-        sock = socket.socket(fileno=os.dup(address.fd))
-        if sock.type != socket.SOCK_SEQPACKET or sock.family != socket.AF_UNIX:
-            sock.close()
-            raise OSError(errno.EINVAL, f"/dev/fd/{address.fd} is not a unix seqpacket socket")
-        sock.setblocking(False)
-        sock.listen(backlog)  # harmless if it listens already
-        return sock
-    sock = new_socket()
-    try:
-        if (
-            address.path is not None
-            and os.path.exists(address.path)
-            and (replace or _stale(address.path))
-        ):
-            os.unlink(address.path)
-        sock.bind(address.sockaddr())
-        if address.path is not None:
-            os.chmod(address.path, mode)
-        sock.listen(backlog)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _stale(path: str) -> bool:
-    import stat
-
-    if not stat.S_ISSOCK(os.stat(path).st_mode):
-        return False  # never remove what is not a socket
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        probe.connect(path)
-    except ConnectionRefusedError:
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return False
+#: how many packets one readable event of a connection reads at most; the socket stays
+#: readable, so the reactor comes back to it after one turn of everything else
+_PACKETS_PER_EVENT = 256
 
 
 # -- connections -------------------------------------------------------------------------
@@ -206,7 +113,11 @@ class SeqpacketConnection(abstract.FileDescriptor):
     def doRead(self) -> Any:
         recv_into, view = self.socket.recv_into, self._view
         received = self.protocol.packetReceived
-        while not self.paused and self.connected and not self.disconnecting:
+        # a slice at a time: a publisher that keeps its socket full must not keep the
+        # reactor from sending (the recipients' backlogs wait for it) or from reading others
+        for _ in range(_PACKETS_PER_EVENT):
+            if self.paused or not self.connected or self.disconnecting:
+                return None
             try:
                 size = recv_into(view)
             except BlockingIOError:
@@ -486,21 +397,3 @@ def parse_endpoint(reactor: Any, text: str, **overrides: Any) -> SeqpacketServer
             raise ValueError("max-packet must be at least 1 byte")
     settings.update(overrides)
     return SeqpacketServerEndpoint(reactor, **settings)
-
-
-def connect(address: SeqpacketAddress | str, timeout: float | None = None) -> socket.socket:
-    """A blocking client socket connected to ``address`` (for clients and tools)."""
-    if isinstance(address, str):
-        address = parse_address(address)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-    sock.settimeout(timeout)
-    try:
-        if address.fd is not None:
-            sock.close()
-            sock = socket.socket(fileno=os.dup(address.fd))
-        else:
-            sock.connect(address.sockaddr())
-    except BaseException:
-        sock.close()
-        raise
-    return sock
