@@ -1,10 +1,12 @@
 """msgbroker benchmark harness: SSMP (and STMP, Micromessage2) on msgbroker against MQTT 3.1.1
 QoS 0 on Mosquitto.
 
-    python bench/run.py [--only ssmp|mosquitto|stmp|mm2]
+    python bench/run.py [--only ssmp|mosquitto|stmp|mm2|sbus]
                         [--scenarios mcast,fanout,latency,stalled,idle,
                                      stmp-mcast,stmp-fanout,stmp-cross,
-                                     mm2-mcast,mm2-ack,mm2-fanout]
+                                     mm2-mcast,mm2-ack,mm2-fanout,
+                                     sbus-mcast,sbus-mcast16,sbus-mcast1k,sbus-fanout,
+                                     sbus-stalled]
                         [--quick] [--repeat N] [--profile] [--python PATH]
 
 Starts each server as a separate process (a fresh one per scenario), pinned to one core,
@@ -26,6 +28,7 @@ import traceback
 from pathlib import Path
 
 import procs
+import sbus
 import scenarios
 from clients import BenchError
 from profile_summary import format_summary, summarize, to_speedscope
@@ -34,7 +37,8 @@ from wire import PROTOCOLS, check_mm2_against_codec, check_stmp_against_codec
 HERE = Path(__file__).resolve().parent
 ALIASES = {"1": "mcast", "2": "fanout", "3": "latency", "4": "stalled", "5": "idle",
            "6": "stmp-mcast", "7": "stmp-fanout", "8": "stmp-cross", "stmp": "stmp-all",
-           "9": "mm2-mcast", "10": "mm2-ack", "11": "mm2-fanout", "mm2": "mm2-all"}
+           "9": "mm2-mcast", "10": "mm2-ack", "11": "mm2-fanout", "mm2": "mm2-all",
+           **sbus.ALIASES, "sbus": "sbus-all"}
 TARGETS = {
     ("mcast", "deliveries_per_s"): 1.5,
     ("fanout", "deliveries_per_s"): 5.0,
@@ -52,21 +56,23 @@ DEFAULT_SCENARIOS = "mcast,fanout,latency,stalled,idle"
 STMP_SCENARIOS = ["stmp-mcast", "stmp-fanout", "stmp-cross"]
 MM2_SCENARIOS = ["mm2-mcast", "mm2-ack", "mm2-fanout"]
 #: aliases that stand for several scenarios
-GROUPS = {"stmp-all": STMP_SCENARIOS, "mm2-all": MM2_SCENARIOS}
+GROUPS = {"stmp-all": STMP_SCENARIOS, "mm2-all": MM2_SCENARIOS, "sbus-all": sbus.NAMES}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--only", choices=["ssmp", "mosquitto", "stmp", "mm2"],
+    p.add_argument("--only", choices=["ssmp", "mosquitto", "stmp", "mm2", "sbus"],
                    help="drive one server/protocol only (stmp: the STMP runs of 6-8; mm2: "
-                        "the Micromessage2 runs of 9-11)")
+                        "the Micromessage2 runs of 9-11; sbus: the sbus runs of 12-16)")
     p.add_argument(
         "--scenarios", default=DEFAULT_SCENARIOS,
         help="comma-separated names or numbers (1 mcast, 2 fanout, 3 latency, 4 stalled, "
              "5 idle, 6 stmp-mcast, 7 stmp-fanout, 8 stmp-cross, 9 mm2-mcast, 10 mm2-ack, "
-             "11 mm2-fanout; 'stmp' = 6,7,8, 'mm2' = 9,10,11) "
+             "11 mm2-fanout, 12 sbus-mcast, 13 sbus-mcast16, 14 sbus-mcast1k, "
+             "15 sbus-fanout, 16 sbus-stalled; 'stmp' = 6,7,8, 'mm2' = 9,10,11, "
+             "'sbus' = 12-16) "
              f"[{DEFAULT_SCENARIOS}]",
     )
     p.add_argument("--quick", action="store_true", help="a tenth of every count (smoke test)")
@@ -99,6 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mm2-mcast-messages", type=int, help="scenario 9 count [300000]")
     p.add_argument("--mm2-ack-messages", type=int, help="scenario 10 count [300000]")
     p.add_argument("--mm2-fanout-messages", type=int, help="scenario 11 count [10000]")
+    sbus.add_options(p)
     p.add_argument("--topics", type=int, default=1,
                    help="scenarios 1, 2, 4: the publisher cycles through this many topics, "
                         "all subscribed by every subscriber, so no two consecutive messages "
@@ -129,6 +136,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         names.append(item)
     if "stalled" in names and "fanout" not in names:
         names.insert(names.index("stalled"), "fanout")  # its baseline, in the same run
+    if "sbus-stalled" in names and "sbus-fanout" not in names:
+        names.insert(names.index("sbus-stalled"), "sbus-fanout")
     args.names = list(dict.fromkeys(names))  # in the order given
     return args
 
@@ -147,6 +156,8 @@ def cpu_sets(args: argparse.Namespace) -> tuple[set[int] | None, set[int] | None
 def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Server:
     log_dir = args.results / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
+    if kind in sbus.SBUS_KINDS:
+        return sbus.start_broker(kind, args, log_dir / f"broker-{tag}-{kind}.log", server_cpus)
     if kind in ("ssmp", "stmp", "ssmp->stmp", "mm2"):
         extra = list(args.broker_arg)
         if args.max_backlog:
@@ -174,7 +185,7 @@ def fmt(value: float) -> str:
 def describe(name: str, r: dict) -> str:
     if "error" in r:
         return f"FAILED: {r['error']}"
-    if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS, *MM2_SCENARIOS):
+    if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.NAMES):
         if "deliveries_per_s" not in r:
             return (f"INCOMPLETE: {r['completed_subscribers']}/{r['subscribers']} subscribers "
                     f"complete, {r['delivered']:,} of {r['messages'] * r['subscribers']:,} "
@@ -186,10 +197,10 @@ def describe(name: str, r: dict) -> str:
         per_sub = f", per subscriber {fmt(r['per_subscriber_per_s'])} msgs/s"
         text = (f"{fmt(r['deliveries_per_s'])} {unit} ({r['elapsed_s']:.3f} s"
                 f"{per_sub if not one else ''})")
-        if name in STMP_SCENARIOS or name in MM2_SCENARIOS:
+        if name in STMP_SCENARIOS or name in MM2_SCENARIOS or name in sbus.NAMES:
             text += (f"; from the publisher's start {fmt(r['deliveries_per_s_from_start'])} "
                      f"{unit} ({r['from_start_s']:.3f} s)")
-        if name == "stmp-cross":
+        if name == "stmp-cross" or name in sbus.NAMES:
             text += (f"; server CPU {r['server_cpu_s']:.3f} s = "
                      f"{r['server_cpu_per_delivery_us']:.2f} us per delivery")
         text += (f"; CPU over {r['cpu_window_s']:.2f} s: server {100 * r['server_cpu_share']:.0f}%,"
@@ -210,6 +221,8 @@ def describe(name: str, r: dict) -> str:
                      + _queues(r)
                      + f"; server RSS {fmt(r['rss_before_kib'] / 1024)} -> "
                      f"{fmt(r['rss_after_kib'] / 1024)} MiB")
+        if name in sbus.NAMES:
+            text += sbus.describe_extra(name, r)
         return text
     if name == "latency":
         return (f"p50 {r['p50_us']:.1f} us, p90 {r['p90_us']:.1f} us, p99 {r['p99_us']:.1f} us, "
@@ -258,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     ]:
         if getattr(args, option):
             setattr(params, attr, getattr(args, option))
+    sbus.apply_options(params, args)
     args.results.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     server_cpus, client_cpus = cpu_sets(args)
@@ -334,7 +348,7 @@ def _kinds(name: str, only: str | None) -> list[str]:
     """The servers/protocols scenario ``name`` drives, in order (``--only`` filters)."""
     kinds = scenarios.KINDS.get(name, ["ssmp", "mosquitto"])
     if only:
-        kinds = [k for k in kinds if only in k.split("->")]
+        kinds = [k for k in kinds if only in k.split("->") or k.startswith(f"{only}-")]
     return kinds
 
 
@@ -355,7 +369,7 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
         with start_server(kind, args, server_cpus, stamp, tag) as server:
             if around is not None:
                 around = around(server)
-            r = func(server, PROTOCOLS[kind], params, around=around)
+            r = func(server, PROTOCOLS.get(kind), params, around=around)  # sbus: none
             problems = server.log_problems()
             if problems:
                 r["log_problems"] = problems[:5]
@@ -419,6 +433,7 @@ SUMMARY = {
     "mm2-fanout": [("deliveries_per_s", "deliveries/s", True),
                    ("deliveries_per_s_from_start", "deliveries/s from the publisher's start",
                     True)],
+    **sbus.SUMMARY,
 }
 
 
@@ -483,6 +498,8 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
         line = f"    {label}: " + ", ".join(parts)
         if name in STMP_SCENARIOS or name in MM2_SCENARIOS:
             line += _stmp_ratios(name, key, by_kind)
+        elif name in sbus.NAMES:
+            line += sbus.ratios(name, key, by_kind)
         elif set(by_kind) == {"ssmp", "mosquitto"}:
             ours = median_of(by_kind["ssmp"], key)
             theirs = median_of(by_kind["mosquitto"], key)
@@ -518,6 +535,7 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
                     state += " (all its unread bytes fit in kernel buffers: no backlog)"
                 states.append(state)
             print(f"    {kind}: stalled subscriber disconnected: {', '.join(states)}")
+    sbus.print_extra(name, results, params)
     if name == "idle":
         for kind, runs in by_kind.items():
             oks = ["ok" if r.get("ping_ok") else "FAILED" for r in runs]

@@ -69,6 +69,12 @@ class Params:
     mm2_ack_messages: int = 300_000
     mm2_ack_window: int = 100
     mm2_fanout_messages: int = 10_000
+    #: sbus scenarios (bench/sbus.py): 1->1 at 16 B, 64 B and 1 KiB; 1->10 fan-out, also
+    #: with a stalled subscriber, and the broker's --max-backlog for its bounded runs
+    sbus_mcast_messages: int = 300_000
+    sbus_fanout_messages: int = 100_000
+    sbus_subscribers: int = 10
+    sbus_bound: int = 1 << 20
 
     def quick(self) -> Params:
         return Params(
@@ -81,6 +87,8 @@ class Params:
             cross_subscribers=self.cross_subscribers,
             mm2_mcast_messages=30_000, mm2_ack_messages=30_000,
             mm2_ack_window=self.mm2_ack_window, mm2_fanout_messages=1_000,
+            sbus_mcast_messages=30_000, sbus_fanout_messages=10_000,
+            sbus_subscribers=self.sbus_subscribers, sbus_bound=self.sbus_bound // 4,
         )
 
 
@@ -452,3 +460,9 @@ KINDS = {
     "mm2-ack": ["mm2", "ssmp", "mosquitto"],
     "mm2-fanout": ["mm2", "ssmp", "mosquitto"],
 }
+
+# the sbus scenarios (12-16) live in bench/sbus.py, which uses publish_fanout above
+import sbus  # noqa: E402
+
+SCENARIOS.update(sbus.SCENARIOS)
+KINDS.update(sbus.KINDS)

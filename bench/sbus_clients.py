@@ -1,0 +1,203 @@
+"""sbus clients for the benchmark harness (bench/sbus.py runs them): raw
+``socket.socket(AF_UNIX, SOCK_SEQPACKET)`` sockets, blocking, the readers and the publisher
+each in a forked process (on the clients' core, like the other protocols' publishers).
+
+Every packet is one message: a publisher ``send``s pre-built ``MSG bench\\0<payload>``
+packets one by one (a send blocks while the broker is behind, so the publisher is
+flow-controlled by the broker's reading), a reader ``recv_into``s one packet per call.
+Waits are kernel timeouts (``SO_RCVTIMEO``/``SO_SNDTIMEO``) on blocking sockets: a packet
+costs one system call, never a ``poll`` first, and no wait is unbounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import select
+import socket
+import struct
+import time
+
+from clients import BenchError
+
+KEY = b"bench"
+PREFIX = b"MSG " + KEY + b"\0"
+WHOAMI = b"CMSG !/cred/whoami"
+#: the same clock in every process (CLOCK_MONOTONIC), so the readers' times compare
+clock = time.monotonic
+_fork = multiprocessing.get_context("fork")
+
+
+def _kernel_timeouts(sock: socket.socket, seconds: float) -> None:
+    """Blocking socket, with the timeout in the kernel: a recv/send that waits longer fails
+    with EAGAIN (BlockingIOError), and a packet costs one system call."""
+    sock.settimeout(None)
+    tv = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+
+
+def connect(path: str, timeout: float, rcvbuf: int | None = None) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        if rcvbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.settimeout(timeout)
+        sock.connect(path)
+        _kernel_timeouts(sock, timeout)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def subscriber(
+    path: str, timeout: float, controls: tuple[bytes, ...] = (), rcvbuf: int | None = None
+) -> socket.socket:
+    """A client that sent ``SUB bench`` (and ``CMSG`` each of ``controls``), once the
+    broker has handled it: the answer to a whoami sent after it has arrived."""
+    sock = connect(path, timeout, rcvbuf)
+    try:
+        sock.send(b"SUB " + KEY)
+        for control in controls:
+            sock.send(b"CMSG " + control)
+        sock.send(WHOAMI)
+        _whoami_answer(sock, timeout)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _whoami_answer(sock: socket.socket, timeout: float) -> None:
+    try:
+        answer = sock.recv(4096)
+    except BlockingIOError:
+        raise BenchError(f"no answer to {WHOAMI!r} in {timeout} s") from None
+    if not answer.startswith(WHOAMI + b"\0"):
+        raise BenchError(f"{WHOAMI!r} answered {answer!r}")
+
+
+class Child:
+    """A forked process running ``target(*args, conn)`` on ``sock`` (closed here: the child
+    has its own copy); :meth:`finish` returns what it sent on ``conn``."""
+
+    def __init__(self, target, args: tuple, sock: socket.socket) -> None:
+        self.parent, child = _fork.Pipe(duplex=False)
+        self.proc = _fork.Process(target=target, args=(*args, child), daemon=True)
+        self.proc.start()
+        child.close()  # so that a child dying without a report is an EOF here
+        sock.close()
+
+    def finish(self, timeout: float) -> dict:
+        result: dict = {"error": "reported nothing"}
+        with contextlib.suppress(EOFError, OSError):
+            if self.parent.poll(timeout):
+                result = self.parent.recv()
+        self.proc.join(5.0)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5.0)
+        return result
+
+
+def reader_main(sock, n: int, plen: int, checks: list, timeout: float, conn) -> None:
+    """Receive until ``n`` packets arrived, one per ``recv_into``; check every length, and
+    the packets ``checks`` lists (``(count, expected packet)``, ascending) byte for byte."""
+    result: dict = {
+        "count": 0,
+        "t_first": None,
+        "t_last": None,
+        "error": None,
+        "bad_length": 0,
+        "wrong": None,
+        "extra": False,
+    }
+    count = bad_length = 0
+    try:
+        buf = bytearray(max(1 << 16, 2 * plen))
+        recv_into = sock.recv_into
+        pending = iter(checks)
+        at, want = next(pending, (0, b""))
+        k = recv_into(buf)
+        result["t_first"] = clock()
+        while True:
+            if k == 0:
+                result["error"] = f"end of stream after {count} packets"
+                break
+            count += 1
+            if k != plen:
+                bad_length += 1
+            if count == at:
+                if buf[:k] != want and result["wrong"] is None:
+                    result["wrong"] = f"packet {count}: {bytes(buf[:k][:80])!r} != {want[:80]!r}"
+                at, want = next(pending, (0, b""))
+            if count >= n:
+                result["t_last"] = clock()
+                break
+            k = recv_into(buf)
+        if count >= n:  # nothing beyond the n (a duplicate would be waiting by now)
+            with contextlib.suppress(BlockingIOError):
+                result["extra"] = bool(sock.recv(plen + 1, socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        result["error"] = f"no packet for {timeout} s after {count} packets"
+    except OSError as e:
+        result["error"] = f"after {count} packets: {e.strerror or e}"
+    result["count"] = count
+    result["bad_length"] = bad_length
+    times = os.times()
+    result["cpu_seconds"] = times.user + times.system
+    conn.send(result)
+    sock.close()
+
+
+def publisher_main(sock, data: bytes, plen: int, timeout: float, conn) -> None:
+    """Send ``data`` as packets of ``plen`` bytes, each ``send`` one packet."""
+    result: dict = {"sent": 0, "error": None}
+    view = memoryview(data)
+    send = sock.send
+    offset = 0
+    t0 = clock()
+    try:
+        for offset in range(0, len(data), plen):
+            send(view[offset : offset + plen])
+        offset = len(data)
+    except BlockingIOError:
+        result["error"] = f"a send blocked for {timeout} s after {offset // plen} packets"
+    except OSError as e:
+        result["error"] = f"after {offset // plen} packets: {e.strerror or e}"
+    result["sent"] = offset // plen
+    result["send_seconds"] = clock() - t0
+    times = os.times()
+    result["cpu_seconds"] = times.user + times.system
+    conn.send(result)
+    sock.close()  # what it sent is still delivered (DECISIONS.md)
+
+
+def hung_up(sock: socket.socket, wait: float) -> bool:
+    """Whether the broker closed ``sock`` (within ``wait`` s: a close during the run has
+    reached us by then). Queued packets are still readable after a close: poll for HUP."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLRDHUP)
+    events = poller.poll(int(wait * 1000))
+    return any(ev & (select.POLLRDHUP | select.POLLHUP) for _, ev in events)
+
+
+def drain(sock: socket.socket, idle: float = 0.5, limit: float = 60.0) -> tuple[int, str]:
+    """Read what the stalled client was sent until the end of the stream, ``idle`` s without
+    a packet, or ``limit`` s: (packets, how it ended)."""
+    _kernel_timeouts(sock, idle)
+    buf = bytearray(1 << 16)
+    count = 0
+    end = time.monotonic() + limit
+    try:
+        while time.monotonic() < end:
+            if not sock.recv_into(buf):
+                return count, "end of stream"
+            count += 1
+    except BlockingIOError:
+        return count, f"nothing more for {idle} s"
+    except OSError as e:
+        return count, str(e.strerror or e)
+    return count, f"still sending after {limit} s"
