@@ -49,6 +49,11 @@ def throttle_of(session: Any) -> Throttle | None:
     throttle = data.get("sbus.throttle")
     if throttle is None:
         transport = session.transport
+        # through wrappers (TLS) to the transport that reads the socket
+        for _ in range(4):
+            if transport is None or hasattr(transport, "pauseProducing"):
+                break
+            transport = getattr(transport, "transport", None)
         pause = getattr(transport, "pauseProducing", None)
         resume = getattr(transport, "resumeProducing", None)
         if pause is None or resume is None:
