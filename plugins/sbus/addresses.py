@@ -31,10 +31,20 @@ def peer_credentials(sock: socket.socket) -> Credentials:
 # -- addresses -----------------------------------------------------------------------------
 
 
+#: ``sizeof(sockaddr_un.sun_path)`` on Linux
+SUN_PATH = 108
+
+
 @frozen
 class SeqpacketAddress:
     """Where an sbus bus is: a filesystem ``path``, an ``abstract`` name (bytes, without the
-    leading NUL), or an inherited, already bound socket ``fd`` (``/dev/fd/N``)."""
+    leading NUL), or an inherited, already bound socket ``fd`` (``/dev/fd/N``).
+
+    The reference's ``/dev/unix/abstract/<hex>`` is the hex of the whole ``sun_path``
+    (``00`` first, then the name, padded with NULs to 108 bytes), and it binds and connects
+    with the full ``sockaddr_un`` length: so the name is those 107 bytes, trailing NULs
+    included, and that is what such addresses hold here too. ``@name`` is Twisted's form:
+    exactly ``name``, nothing padded."""
 
     path: str | None = None
     abstract: bytes | None = None
@@ -49,7 +59,9 @@ class SeqpacketAddress:
 
     def __str__(self) -> str:
         if self.abstract is not None:
-            return "/dev/unix/abstract/" + self.abstract.hex()
+            if len(self.abstract) == SUN_PATH - 1:  # the reference's form, as it prints it
+                return "/dev/unix/abstract/" + (b"\0" + self.abstract).hex()
+            return "@" + self.abstract.decode("utf-8", "backslashreplace")
         if self.fd is not None:
             return f"/dev/fd/{self.fd}"
         return self.path or ""
@@ -57,20 +69,29 @@ class SeqpacketAddress:
 
 def parse_address(text: str) -> SeqpacketAddress:
     """An address as ``sbusd -a`` takes it: a path; ``/dev/fd/N`` (an inherited socket);
-    ``/dev/unix/abstract`` (a random abstract name); ``/dev/unix/abstract/<hex>`` (that
-    abstract name); or ``@name`` (an abstract name in text, as Twisted writes them)."""
+    ``/dev/unix/abstract`` (a random abstract name); ``/dev/unix/abstract/<hex>`` (the hex
+    of a ``sun_path``, as the reference prints it: an abstract name when it starts with
+    ``00``, else a path); or ``@name`` (an abstract name in text, as Twisted writes them)."""
     if text.startswith("/dev/fd/"):
         number = text[len("/dev/fd/") :]
         if not number.isdigit():
             raise ValueError(f"bad file descriptor address {text!r}")
         return SeqpacketAddress(fd=int(number))
     if text == "/dev/unix/abstract":
-        return SeqpacketAddress(abstract=os.urandom(8).hex().encode())
+        # like the reference: every byte of sun_path after the leading NUL is random
+        return SeqpacketAddress(abstract=os.urandom(SUN_PATH - 1))
     if text.startswith("/dev/unix/abstract/"):
         try:
-            return SeqpacketAddress(abstract=bytes.fromhex(text[len("/dev/unix/abstract/") :]))
+            sun_path = bytes.fromhex(text[len("/dev/unix/abstract/") :])
         except ValueError:
             raise ValueError(f"bad abstract address {text!r}: not hexadecimal") from None
+        if len(sun_path) > SUN_PATH:
+            raise ValueError(f"bad abstract address {text!r}: longer than {SUN_PATH} bytes")
+        if not sun_path:
+            raise ValueError(f"bad abstract address {text!r}: empty")
+        if sun_path[0]:
+            return SeqpacketAddress(path=os.fsdecode(sun_path.split(b"\0", 1)[0]))
+        return SeqpacketAddress(abstract=sun_path[1:].ljust(SUN_PATH - 1, b"\0"))
     if text.startswith("@"):
         return SeqpacketAddress(abstract=text[1:].encode())
     if not text:

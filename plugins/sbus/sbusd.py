@@ -8,7 +8,8 @@ The options are the reference's (combined flags like ``-cgor`` work, as with ``g
 
 - ``-a address``: ``/run/sbus.socket`` by default; also ``/dev/fd/N`` (an inherited, bound
   socket), ``/dev/unix/abstract`` (a random abstract name, printed on stdout as
-  ``/dev/unix/abstract/<hex>``) and ``/dev/unix/abstract/<hex>``.
+  ``/dev/unix/abstract/<hex>``, the hex of the whole ``sun_path`` as the reference prints
+  it) and ``/dev/unix/abstract/<hex>``.
 - ``-f``: stay in the foreground; stdin and stdout are closed once the socket listens, so
   a caller that reads stdout to its end knows the bus is ready. Without ``-f`` sbusd
   becomes a daemon, and the command returns (0) only once the daemon listens, or fails (1)
@@ -66,7 +67,7 @@ DEFAULT_PIDFILE = "/run/sbus.pid"
 #: the protocol plugins sbusd does not load: it serves sbus only
 OTHER_PROTOCOLS = ("ssmp", "stmp", "mm2", "mm2-extensions")
 RANDOM_ABSTRACT = "/dev/unix/abstract"
-#: how many random abstract names are tried before giving up (each is 64 random bits)
+#: how many random abstract names are tried before giving up (each is 107 random bytes)
 _RANDOM_TRIES = 8
 
 

@@ -324,13 +324,19 @@ def test_c_exits_when_the_last_client_leaves(sbusd):
     assert not os.path.exists(sbusd.path())
 
 
+def sun_path(name: bytes) -> bytes:
+    """The abstract address the reference binds for ``/dev/unix/abstract/00<hex of name>``:
+    the whole sun_path, NUL-padded to 108 bytes."""
+    return (b"\0" + name).ljust(108, b"\0")
+
+
 # -- -u --------------------------------------------------------------------------------------
 
 
 @as_root
 def test_u_refuses_a_user_not_listed_right_after_accept(sbusd):
-    address = b"\0" + hex_name().encode()
-    sbusd.serve("-u", str(OTHER_UID), "-a", "/dev/unix/abstract/" + address[1:].hex())
+    address = sun_path(hex_name().encode())
+    sbusd.serve("-u", str(OTHER_UID), "-a", "/dev/unix/abstract/" + address.hex())
     assert whoami_as(THIRD_UID, address) is None
     reply = whoami_as(OTHER_UID, address)
     assert reply is not None
@@ -347,8 +353,8 @@ def test_u_takes_user_names(sbusd):
     import pwd
 
     nobody = pwd.getpwuid(OTHER_UID).pw_name
-    address = b"\0" + hex_name().encode()
-    sbusd.serve("-u", nobody, "-a", "/dev/unix/abstract/" + address[1:].hex())
+    address = sun_path(hex_name().encode())
+    sbusd.serve("-u", nobody, "-a", "/dev/unix/abstract/" + address.hex())
     assert whoami_as(OTHER_UID, address) is not None
     assert whoami_as(THIRD_UID, address) is None
 
@@ -368,7 +374,9 @@ def test_random_abstract_address_is_printed_and_reachable(sbusd):
     out = sbusd.serve("-a", "/dev/unix/abstract").out.decode()
     prefix, _, name = out.rstrip("\n").rpartition("/")
     assert (prefix, out.count("\n")) == ("/dev/unix/abstract", 1)
-    exchange(b"\0" + bytes.fromhex(name))
+    # as the reference prints it: the whole sun_path, its leading NUL included
+    assert len(name) == 2 * 108 and name.startswith("00")
+    exchange(bytes.fromhex(name))
 
 
 def test_an_address_nobody_can_read_is_an_error_and_leaves_no_pidfile(sbusd):
@@ -388,15 +396,15 @@ def test_an_address_nobody_can_read_is_an_error_and_leaves_no_pidfile(sbusd):
 
 def test_abstract_address_in_hex(sbusd):
     name = hex_name().encode()
-    assert sbusd.serve("-a", "/dev/unix/abstract/" + name.hex()).out == b""
-    exchange(b"\0" + name)
+    assert sbusd.serve("-a", "/dev/unix/abstract/00" + name.hex()).out == b""
+    exchange(sun_path(name))  # the reference's clients connect with the whole sun_path
 
 
 def test_an_abstract_address_in_use_is_an_error(sbusd):
     name = hex_name().encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as other:
-        other.bind(b"\0" + name)
-        status, err = sbusd.fail("-r", "-a", "/dev/unix/abstract/" + name.hex())
+        other.bind(sun_path(name))
+        status, err = sbusd.fail("-r", "-a", "/dev/unix/abstract/00" + name.hex())
     assert (status, err.endswith(": Address already in use\n")) == (1, True)
 
 
@@ -448,7 +456,7 @@ def test_daemon_returns_once_ready_and_serves_until_sigterm(sbusd):
 def test_daemon_prints_a_random_abstract_address_before_returning(sbusd):
     done = sbusd.daemon("-a", "/dev/unix/abstract")
     assert done.returncode == 0
-    exchange(b"\0" + bytes.fromhex(done.stdout.decode().strip().rpartition("/")[2]))
+    exchange(bytes.fromhex(done.stdout.decode().strip().rpartition("/")[2]))
 
 
 def test_daemon_failure_is_reported_by_the_command(sbusd, live_socket):

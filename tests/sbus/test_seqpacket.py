@@ -80,7 +80,9 @@ def pair():
         ("/run/bus", SeqpacketAddress(path="/run/bus")),
         ("relative/bus", SeqpacketAddress(path="relative/bus")),
         ("/dev/fd/3", SeqpacketAddress(fd=3)),
-        ("/dev/unix/abstract/6275730a", SeqpacketAddress(abstract=b"bus\n")),
+        # the reference's form: the hex of the whole sun_path, padded with NULs
+        ("/dev/unix/abstract/006275730a", SeqpacketAddress(abstract=b"bus\n".ljust(107, b"\0"))),
+        ("/dev/unix/abstract/2f746d702f78", SeqpacketAddress(path="/tmp/x")),
         ("@name", SeqpacketAddress(abstract=b"name")),
     ],
 )
@@ -90,12 +92,21 @@ def test_addresses_as_sbusd_takes_them(text, expected):
 
 def test_a_random_abstract_address_is_new_each_time_and_printable():
     one, two = parse_address("/dev/unix/abstract"), parse_address("/dev/unix/abstract")
-    assert one.abstract and two.abstract and one != two
-    assert str(one) == "/dev/unix/abstract/" + one.abstract.hex()
+    assert one.abstract and two.abstract and one != two and len(one.abstract) == 107
+    assert str(one) == "/dev/unix/abstract/00" + one.abstract.hex()
     assert parse_address(str(one)) == one
 
 
-@pytest.mark.parametrize("text", ["", "/dev/fd/x", "/dev/unix/abstract/zz"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "/dev/fd/x",
+        "/dev/unix/abstract/zz",
+        "/dev/unix/abstract/",
+        "/dev/unix/abstract/" + "00" * 109,
+    ],
+)
 def test_bad_addresses_are_value_errors(text):
     with pytest.raises(ValueError):
         parse_address(text)
