@@ -29,6 +29,7 @@ from pathlib import Path
 
 import procs
 import sbus
+import sbus_floor
 import scenarios
 from clients import BenchError
 from profile_summary import format_summary, summarize, to_speedscope
@@ -156,6 +157,8 @@ def cpu_sets(args: argparse.Namespace) -> tuple[set[int] | None, set[int] | None
 def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Server:
     log_dir = args.results / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
+    if kind == sbus_floor.KIND:
+        return sbus_floor.start_relay(log_dir / f"relay-{tag}.log", server_cpus)
     if kind in sbus.SBUS_KINDS:
         return sbus.start_broker(kind, args, log_dir / f"broker-{tag}-{kind}.log", server_cpus)
     if kind in ("ssmp", "stmp", "ssmp->stmp", "mm2"):
@@ -285,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: RLIMIT_NOFILE is {nofile}: idle connections lowered to "
               f"{params.idle_connections}")
     kinds_of = {name: _kinds(name, args.only) for name in args.names}
+    sbus_floor.prepare(kinds_of, args.results / stamp)  # builds the relay, or drops it
     kinds = list(dict.fromkeys(k for ks in kinds_of.values() for k in ks))
     if any(k in ("stmp", "ssmp->stmp") for k in kinds):
         mismatch = check_stmp_against_codec()

@@ -10,7 +10,8 @@ SUB has no answer, so a subscriber sends ``CMSG !/cred/whoami`` after it and wai
 reply: the broker handles one client's packets in order, so the subscription is in place.
 
 The Mosquitto and SSMP baselines are ``scenarios.publish_fanout`` with this module's counts
-and payload size. The scenarios are registered in ``scenarios.SCENARIOS`` (see its end).
+and payload size; 12-14 also run the relay floor (bench/sbus_floor.py) with these clients.
+The scenarios are registered in ``scenarios.SCENARIOS`` (see its end).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 import procs
+import sbus_floor
 from clients import BenchError
 from sbus_clients import (
     PREFIX,
@@ -148,7 +150,7 @@ def peak_rss_kib(pid: int) -> int:
 
 
 def publish_sbus(
-    server: SbusBroker,
+    server: SbusBroker | sbus_floor.Relay,
     params,
     *,
     messages: int,
@@ -266,7 +268,7 @@ def _run(
     stalled: bool = False,
     around=None,
 ) -> dict:
-    if isinstance(server, SbusBroker):
+    if isinstance(server, (SbusBroker, sbus_floor.Relay)):
         return publish_sbus(
             server,
             params,
@@ -353,6 +355,8 @@ SCENARIOS = {
     "sbus-stalled": (16, "sbus fan-out 1->10 plus a stalled subscriber", sbus_stalled),
 }
 KINDS = {name: ["sbus", "ssmp", "mosquitto"] for name in NAMES}
+for _name in NAMES[:3]:  # 1->1: the relay floor (bench/sbus_floor.py) beside the broker
+    KINDS[_name] = ["sbus", sbus_floor.KIND, "ssmp", "mosquitto"]
 KINDS["sbus-stalled"] = ["sbus", "sbus-bound", "sbus-discard", "mosquitto"]
 #: run.py aliases: numbers, and ``sbus`` for all five
 ALIASES = {str(number): name for name, (number, _, _) in SCENARIOS.items()}
@@ -413,12 +417,13 @@ def _median(runs: list[dict], key: str) -> float | None:
 
 
 def ratios(name: str, key: str, by_kind: dict) -> str:
-    """sbus/mosquitto and sbus/ssmp (medians)."""
+    """sbus/relay (12-14: the broker against the relay floor), sbus/mosquitto and sbus/ssmp
+    (medians)."""
     ours = _median(by_kind.get("sbus", []), key)
     if ours is None or name == "sbus-stalled":
         return ""
     text = ""
-    for kind in ("mosquitto", "ssmp"):
+    for kind in (sbus_floor.KIND, "mosquitto", "ssmp"):
         theirs = _median(by_kind.get(kind, []), key)
         if theirs:
             text += f"; sbus/{kind} {ours / theirs:.2f}x"

@@ -165,9 +165,7 @@ class SbusServerProtocol(Protocol):
             return
         session = self.session
         offers = tuple(
-            peer.send
-            for peer in groups.get(encode_message, ())
-            if self.echo or peer is not session
+            peer.send for peer in groups.get(encode_message, ()) if self.echo or peer is not session
         )
         routes = self._routes
         if len(routes) >= 1024:
