@@ -11,8 +11,10 @@ maps to, and sbus recipients get the very packet that came in.
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
+from twisted.internet import main
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -105,6 +107,47 @@ class SbusServerProtocol(Protocol):
         outbox.max_bytes = self.broker.policy.max_backlog
 
     # -- packets -----------------------------------------------------------------------------
+
+    def read_packets(self, transport: Any, budget: int) -> Any:
+        """Read up to ``budget`` packets (the transport's ``doRead``, done here): a publish
+        whose recipients are remembered (:meth:`_remember_route`) is offered to them
+        right in this loop; every other packet goes to :meth:`packetReceived`. Returns
+        what ``doRead`` returns: None, or why the connection ended."""
+        recv_into, view = transport.socket.recv_into, transport._view
+        routes, hub, session, max_packet = self._routes, self.hub, self.session, self.max_packet
+        received = self.packetReceived
+        routed = delivered = 0
+        try:
+            for _ in range(budget):
+                if transport.paused or not transport.connected or transport.disconnecting:
+                    return None
+                try:
+                    size = recv_into(view)
+                except BlockingIOError:
+                    return None
+                except InterruptedError:
+                    continue
+                except OSError as e:
+                    return main.CONNECTION_LOST if e.errno != errno.ECONNRESET else e
+                if not size:
+                    return main.CONNECTION_DONE
+                data = view[:size].tobytes()
+                if data[:4] == _MSG and size <= max_packet:
+                    nul = data.find(b"\0", 4)
+                    route = routes.get(data[4:nul]) if nul > 0 else None
+                    if route is not None and route[0] == hub.generation:
+                        hub.source = session
+                        for offer in route[1]:
+                            offer(data)
+                        routed += 1
+                        delivered += route[2]
+                        continue
+                received(data)
+            return None
+        finally:
+            stats = hub.stats
+            stats.routed += routed
+            stats.delivered += delivered
 
     def packetReceived(self, data: bytes) -> None:
         if len(data) > self.max_packet:

@@ -69,7 +69,7 @@ log = Logger(namespace="msgbroker.sbus")
 _ACCEPTS_PER_EVENT = 64
 #: how many packets one readable event of a connection reads at most; the socket stays
 #: readable, so the reactor comes back to it after one turn of everything else
-_PACKETS_PER_EVENT = 256
+PACKETS_PER_EVENT = 256
 
 
 # -- connections -------------------------------------------------------------------------
@@ -98,6 +98,9 @@ class SeqpacketConnection(abstract.FileDescriptor):
         self.socket = sock
         self.fileno = sock.fileno  # type: ignore[method-assign]
         self.protocol = protocol
+        #: a protocol may read the socket itself, ``read_packets(transport, budget)`` with
+        #: :meth:`doRead`'s contract, to route its hot path without a call per packet
+        self._read_packets = getattr(protocol, "read_packets", None)
         self.credentials = credentials
         self.address = address
         self.connected = 1
@@ -111,11 +114,13 @@ class SeqpacketConnection(abstract.FileDescriptor):
     # -- reading -----------------------------------------------------------------------------
 
     def doRead(self) -> Any:
+        if self._read_packets is not None:
+            return self._read_packets(self, PACKETS_PER_EVENT)
         recv_into, view = self.socket.recv_into, self._view
         received = self.protocol.packetReceived
         # a slice at a time: a publisher that keeps its socket full must not keep the
         # reactor from sending (the recipients' backlogs wait for it) or from reading others
-        for _ in range(_PACKETS_PER_EVENT):
+        for _ in range(PACKETS_PER_EVENT):
             if self.paused or not self.connected or self.disconnecting:
                 return None
             try:

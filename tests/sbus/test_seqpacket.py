@@ -184,12 +184,12 @@ def test_peer_credentials_are_the_connecting_process():
 
 def test_reading_takes_one_slice_per_event_then_the_rest(pair):
     connection, protocol, client, _ = pair
-    count = seqpacket._PACKETS_PER_EVENT + 10
+    count = seqpacket.PACKETS_PER_EVENT + 10
     client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     for i in range(count):
         client.send(b"%d" % i)
     assert connection.doRead() is None
-    assert len(protocol.packets) == seqpacket._PACKETS_PER_EVENT
+    assert len(protocol.packets) == seqpacket.PACKETS_PER_EVENT
     assert connection.doRead() is None
     assert protocol.packets == [b"%d" % i for i in range(count)]
 
