@@ -20,63 +20,16 @@ can never overtake the SUBSCRIBE event it follows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
-
-from attrs import define, field
+from typing import Any
 
 from .errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
 from .filters import Filter, FilterIndex
 from .message import ANONYMOUS, Encoder, Kind, Message, MessageRun, RouteResult
 from .patterns import CRED_PREFIX, PatternIndex
 from .queues import QueueGroup
+from .topics import HubStats, Peer, Topic, one_by_one, presence_snapshot, with_filtered
 
-
-class Peer(Protocol):
-    """What the hub needs of a connection (``msgbroker.session.Session`` provides it)."""
-
-    identity: str | None
-    protocol: str
-    encode: Encoder
-    subscriptions: dict[str, Topic]
-
-    def send(self, frame: bytes) -> None: ...
-
-    def kick(self, reason: str) -> None:
-        """Close this connection because the hub says so (its identity was taken over)."""
-
-
-@define(eq=False)
-class Topic:
-    """One exact topic: its members in subscription order, grouped by encoder."""
-
-    name: str
-    #: member -> True when it watches presence; insertion order = subscription order
-    members: dict[Peer, bool] = field(factory=dict)
-    #: encoder -> members using it; what a fan-out iterates
-    by_encoder: dict[Encoder, dict[Peer, None]] = field(factory=dict)
-    #: members that watch presence
-    watchers: dict[Peer, None] = field(factory=dict)
-    #: members with property filters (not in ``by_encoder``); made with the first one
-    filtered: FilterIndex[Peer] | None = None
-    #: queue groups by name (their members are in neither of the above)
-    queues: dict[str, QueueGroup] | None = None
-
-    def queue_of(self, peer: Peer) -> QueueGroup | None:
-        for group in (self.queues or {}).values():
-            if peer in group.members:
-                return group
-        return None
-
-
-@define
-class HubStats:
-    """Counters the hub and the sessions share. Plain ints: cheap on the hot path."""
-
-    routed: int = 0
-    delivered: int = 0
-    skipped: int = 0
-    dropped: int = 0
-    kicked: int = 0
+__all__ = ["Hub", "HubStats", "Peer", "RouteObserver", "Topic"]
 
 
 RouteObserver = Callable[[Message, RouteResult], None]
@@ -162,7 +115,7 @@ class Hub:
         topic = self.topics.get(topic_name)
         if topic is None:
             topic = self.topics[topic_name] = Topic(topic_name)
-        snapshot = _snapshot(topic, None) if presence else []
+        snapshot = presence_snapshot(topic, None) if presence else []
         topic.members[peer] = presence
         filters = tuple(filters)
         if queue is not None:
@@ -205,7 +158,7 @@ class Hub:
             return []
         topic.members[peer] = True
         topic.watchers[peer] = None
-        return _snapshot(topic, peer)
+        return presence_snapshot(topic, peer)
 
     def unsubscribe(self, peer: Peer, topic_name: str) -> None:
         """Remove ``peer`` from ``topic_name`` and tell the topic's presence watchers."""
@@ -310,7 +263,7 @@ class Hub:
         if topic.queues:
             return self._route_with_queues(message, topic, exclude)
         if topic.filtered:
-            return self._route(message, _with_filtered(topic, message), exclude)
+            return self._route(message, with_filtered(topic, message), exclude)
         return self._route(message, topic.by_encoder, exclude)
 
     def _route_with_patterns(
@@ -323,7 +276,7 @@ class Hub:
         """An MCAST that pattern subscribers receive, beside the topic's own members."""
         if topic is None:
             return self._route(message, matched, exclude)
-        own = _with_filtered(topic, message) if topic.filtered else topic.by_encoder
+        own = with_filtered(topic, message) if topic.filtered else topic.by_encoder
         groups = dict(own)
         for encoder, peers in matched.items():
             group = groups.get(encoder)
@@ -344,7 +297,7 @@ class Hub:
         counts the queue members that took it now (not those it reaches later, once a
         member has room)."""
         if groups is None:
-            groups = _with_filtered(topic, message) if topic.filtered else topic.by_encoder
+            groups = with_filtered(topic, message) if topic.filtered else topic.by_encoder
         queues: list[QueueGroup] = list((topic.queues or {}).values())
         stats, observer = self.stats, self.observer
         if observer is None:
@@ -396,7 +349,7 @@ class Hub:
         """
         if (
             self.observer is not None
-            or _one_by_one(self.topics.get(run.topic))
+            or one_by_one(self.topics.get(run.topic))
             or (self.patterns and self._matching_patterns(run.topic))
         ):
             # message by message: the observer sees each; filters look at each; pattern
@@ -526,36 +479,3 @@ class Hub:
     def subscribers(self, topic_name: str) -> list[Any]:
         topic = self.topics.get(topic_name)
         return list(topic.members) if topic else []
-
-
-def _snapshot(topic: Topic, leave_out: Peer | None) -> list[Message]:
-    """One SUBSCRIBE presence event per member of ``topic`` (but ``leave_out``), in
-    subscription order, each saying whether that member watches presence itself."""
-    return [
-        Message(Kind.SUBSCRIBE, m.identity or ANONYMOUS, m.protocol, topic.name, presence=w)
-        for m, w in topic.members.items()
-        if m is not leave_out
-    ]
-
-
-def _one_by_one(topic: Topic | None) -> bool:
-    """Whether MCASTs to ``topic`` must be routed one by one (filters and queue groups
-    look at each message)."""
-    return topic is not None and bool(topic.filtered or topic.queues)
-
-
-def _with_filtered(topic: Topic, message: Message) -> dict[Encoder, dict[Peer, None]]:
-    """``topic.by_encoder`` plus the filtered members whose filters ``message`` matches
-    (the topic's own groups are copied before anything is added to them)."""
-    matched = topic.filtered.match(message.properties)  # type: ignore[union-attr]
-    if not matched:
-        return topic.by_encoder
-    own = topic.by_encoder
-    groups = dict(own)
-    for peer in matched:
-        encoder = peer.encode
-        group = groups.get(encoder)
-        if group is None or group is own.get(encoder):
-            group = groups[encoder] = dict(group) if group else {}
-        group[peer] = None
-    return groups
