@@ -13,7 +13,8 @@ made with control messages (sbus.txt, "Flood control"), decides:
 - ``error``: the client is misbehaving: it is disconnected.
 
 ``blocking/hard/...`` — what to do when a kept packet would take the backlog past the
-configured bound (bytes):
+configured bound (bytes of memory: each packet counts its length plus
+:data:`PACKET_OVERHEAD`):
 
 - ``discard``: drop the new packet (the broker's default with ``--slow-consumer drop``);
 - ``block``: keep it anyway and pause its publisher, so the backlog overshoots the bound
@@ -42,6 +43,10 @@ from typing import Any
 from attrs import define
 
 SOFT = ("queue", "discard", "block", "error")
+#: what keeping a packet costs beyond its bytes (the bytes object's header, its slot in
+#: the queue, allocator rounding), so the bound is on memory, not on payload: a backlog of
+#: small packets would otherwise take twice its bound
+PACKET_OVERHEAD = 48
 HARD = ("discard", "block", "error")
 ORDER = ("queue", "stack", "random")
 
@@ -182,7 +187,7 @@ class Outbox:
             self._error("could not take a message (blocking/soft/error)")
 
     def _keep(self, packet: bytes, hold: bool) -> None:
-        size = len(packet)
+        size = len(packet) + PACKET_OVERHEAD
         if self.backlog + size > self.max_bytes:
             hard = self.policy.hard
             if hard == "discard":
@@ -233,7 +238,7 @@ class Outbox:
                         else:
                             waiting.appendleft(packet)
                         raise
-                    self.backlog -= len(packet)
+                    self.backlog -= len(packet) + PACKET_OVERHEAD
         except BlockingIOError:
             return
         except OSError:
@@ -246,7 +251,9 @@ class Outbox:
         """The ``order/*`` policy changed: arrange what waits accordingly."""
         if self.policy.order == "random":
             if self._heap is None:
-                self._heap = [(-len(p), i, p) for i, p in enumerate(self._waiting)]
+                self._heap = [
+                    (-len(p) - PACKET_OVERHEAD, i, p) for i, p in enumerate(self._waiting)
+                ]
                 heapq.heapify(self._heap)
                 self._arrivals = len(self._heap)
                 self._waiting.clear()

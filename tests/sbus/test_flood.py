@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from msgbroker.plugins.sbus.flood import FloodPolicy, Outbox, Throttle
+from msgbroker.plugins.sbus.flood import PACKET_OVERHEAD, FloodPolicy, Outbox, Throttle
 
 
 class Pair:
@@ -159,12 +159,13 @@ def test_hard_discard_keeps_the_backlog_within_its_bound(pair, soft):
     for _ in range(100):
         p.outbox.offer(b"x" * 100)
     assert p.outbox.backlog <= 1000
-    assert p.outbox.dropped == 100 - (1000 - len(b"sent 000000")) // 100
+    kept = (1000 - len(b"sent 000000") - PACKET_OVERHEAD) // (100 + PACKET_OVERHEAD)
+    assert p.outbox.dropped == 100 - kept
     assert p.errors == []
 
 
 def test_hard_error_disconnects_when_the_bound_is_passed(pair):
-    p = pair(max_bytes=300, hard="error")
+    p = pair(max_bytes=400, hard="error")
     p.fill()
     p.outbox.offer(b"x" * 200)
     assert p.errors == []
