@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +33,16 @@ OTHER_UID, THIRD_UID = 65534, 65533
 as_root = pytest.mark.skipif(os.getuid() != 0, reason="connecting as another user needs root")
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Poll ``predicate`` until true; only for what gives no event to wait on (a daemon that
-    is not our child ending, a file it removes)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout} s: {predicate}")
-        time.sleep(0.01)
+def wait_for_exit(pid: int, timeout: float = WAIT) -> None:
+    """Wait for a process that is not our child (a daemon) to end: its pidfd becomes
+    readable when it exits, reaped or not."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        readable, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    if not readable:
+        raise AssertionError(f"process {pid} still runs after {timeout} s")
 
 
 def read_to_end(stream: Any, timeout: float = WAIT) -> bytes:
@@ -448,7 +451,7 @@ def test_daemon_returns_once_ready_and_serves_until_sigterm(sbusd):
     assert os.getsid(pid) != os.getsid(0)  # a session of its own: no terminal to lose
     exchange(sbusd.path())
     os.kill(pid, signal.SIGTERM)
-    wait_until(lambda: not alive(pid))
+    wait_for_exit(pid)
     assert not pidfile.exists()
     assert not os.path.exists(sbusd.path())
 
