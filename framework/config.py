@@ -74,6 +74,14 @@ class BrokerConfig:
     #: yet grown) can fall a few MB behind a burst without being a stalled one
     max_backlog: int = 16 << 20
     slow_consumer: str = "disconnect"
+    #: the journal (plugins/journal): where it writes (None: no journal), whether it keeps
+    #: payload bytes, when it closes a segment (seconds, bytes), and how many records it
+    #: holds in memory before it drops (and counts) new ones
+    journal: str | None = None
+    journal_payloads: bool = False
+    journal_rotate_seconds: float = 10.0
+    journal_rotate_bytes: int = 64 << 20
+    journal_max_records: int = 1_000_000
     #: keys this module does not know, kept for plugins (``[plugin-name]`` tables)
     extra: Mapping[str, Any] = field(factory=dict)
 
@@ -92,6 +100,16 @@ class BrokerConfig:
                 raise ConfigError(f"{name} must be a positive number of seconds, not {value}")
         if self.max_backlog < 0:
             raise ConfigError(f"max-backlog must be >= 0 bytes, not {self.max_backlog}")
+        if not self.journal_rotate_seconds > 0:
+            raise ConfigError(
+                f"journal-rotate-seconds must be positive, not {self.journal_rotate_seconds}"
+            )
+        for name, size in (
+            ("journal-rotate-bytes", self.journal_rotate_bytes),
+            ("journal-max-records", self.journal_max_records),
+        ):
+            if size < 1:
+                raise ConfigError(f"{name} must be at least 1, not {size}")
         if any(listener.is_tls for listener in self.listeners) and not (
             self.tls_cert and self.tls_key
         ):
@@ -106,10 +124,11 @@ class BrokerConfig:
 
 
 _LIST_KEYS = {"listen": "listeners", "auth": "auth", "plugin": "plugins", "no-plugin": "no_plugins"}
-_STR_KEYS = {"secret-file", "tls-cert", "tls-key", "tls-ca", "slow-consumer"}
-_FLOAT_KEYS = {"login-timeout", "keepalive"}
-_INT_KEYS = {"max-backlog"}
-KNOWN_KEYS = frozenset(_LIST_KEYS) | _STR_KEYS | _FLOAT_KEYS | _INT_KEYS
+_STR_KEYS = {"secret-file", "tls-cert", "tls-key", "tls-ca", "slow-consumer", "journal"}
+_FLOAT_KEYS = {"login-timeout", "keepalive", "journal-rotate-seconds"}
+_INT_KEYS = {"max-backlog", "journal-rotate-bytes", "journal-max-records"}
+_BOOL_KEYS = {"journal-payloads"}
+KNOWN_KEYS = frozenset(_LIST_KEYS) | _STR_KEYS | _FLOAT_KEYS | _INT_KEYS | _BOOL_KEYS
 
 
 def _as_list(key: str, value: Any) -> tuple[str, ...]:
@@ -144,6 +163,10 @@ def from_mapping(values: Mapping[str, Any], base: BrokerConfig | None = None) ->
                 changes[key.replace("-", "_")] = float(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"{key} must be a number of seconds, not {value!r}") from None
+        elif key in _BOOL_KEYS:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{key} must be true or false, not {value!r}")
+            changes[key.replace("-", "_")] = value
         elif key in _INT_KEYS:
             try:
                 changes[key.replace("-", "_")] = _parse_size(value)

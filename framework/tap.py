@@ -39,7 +39,17 @@ class BrokerOptions(usage.Options):
             "Bytes queued for a slow consumer before the policy applies [16M].",
         ],
         ["slow-consumer", None, None, "Policy past the backlog: disconnect or drop [disconnect]."],
+        ["journal", None, None, "Write the journal of routed messages and sessions there."],
+        ["journal-rotate-seconds", None, None, "Close a journal segment after this long [10]."],
+        ["journal-rotate-bytes", None, None, "Close a journal segment at about this size [64M]."],
+        [
+            "journal-max-records",
+            None,
+            None,
+            "Records held in memory before new ones are dropped and counted [1000000].",
+        ],
     ]
+    optFlags = [["journal-payloads", None, "Keep payload bytes in the journal."]]
 
     def __init__(self) -> None:
         super().__init__()
@@ -81,9 +91,15 @@ class BrokerOptions(usage.Options):
                 "keepalive",
                 "max-backlog",
                 "slow-consumer",
+                "journal",
+                "journal-rotate-seconds",
+                "journal-rotate-bytes",
+                "journal-max-records",
             )
             if self[key] not in (None, [])
         }
+        if self["journal-payloads"]:
+            overrides["journal-payloads"] = True
         try:
             self.config = build_config(self["config"], overrides)
         except ConfigError as e:
