@@ -19,7 +19,7 @@ from .auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
 from .config import BrokerConfig, Listener
 from .errors import ConfigError
 from .hub import Hub, Peer
-from .message import Encoder, Message, RouteResult
+from .message import Encoder, Message, MessageRun, RouteResult
 from .pluginmanager import build_plugin_manager, has_implementations
 from .session import Batcher, OutputPolicy, Session
 
@@ -127,6 +127,9 @@ class Broker:
         self._opened = hook.msgbroker_session_opened if has("msgbroker_session_opened") else None
         self._closed = hook.msgbroker_session_closed if has("msgbroker_session_closed") else None
         self._login = hook.msgbroker_session_login if has("msgbroker_session_login") else None
+        # may run again (a plugin registered at start); start from "nobody observes"
+        self.hub.observer = None
+        self.hub.run_observer = None
         if has("msgbroker_message_routed"):
             routed = hook.msgbroker_message_routed
 
@@ -134,6 +137,13 @@ class Broker:
                 routed(message=message, result=result)
 
             self.hub.observer = observe
+            if has("msgbroker_run_routed"):
+                run_routed = hook.msgbroker_run_routed
+
+                def observe_run(run: MessageRun, result: RouteResult) -> None:
+                    run_routed(run=run, result=result)
+
+                self.hub.run_observer = observe_run
         self.hub.on_skip = self._log_skip
 
     def listeners(self) -> tuple[Listener, ...]:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .auth import AuthResult, AuthScheme, LoginRequest
     from .broker import Broker, ProtocolSpec
     from .config import BrokerConfig
-    from .message import Message, RouteResult
+    from .message import Message, MessageRun, RouteResult
     from .session import Session
 
 hookspec = pluggy.HookspecMarker("msgbroker")
@@ -128,6 +128,21 @@ def msgbroker_message_routed(message: Message, result: RouteResult) -> None:
     """A message was routed: ``result`` counts its deliveries per protocol, skipped recipients
     and slow-consumer drops. Called synchronously after the fan-out: keep it cheap (the
     journal hands the record to a writer thread)."""
+
+
+@hookspec
+def msgbroker_run_routed(run: MessageRun, result: RouteResult) -> None:
+    """A run of ``run.count`` MCASTs (one sender, one topic, pipelined) was routed in one go,
+    and every message of it reached the same recipients: ``result.recipients`` counts the
+    deliveries of *each* message per protocol; ``result.dropped`` counts the whole run's
+    slow-consumer drops; nothing was skipped. ``run.payloads()`` gives the payloads.
+
+    Implement it beside :func:`msgbroker_message_routed` to observe every message without
+    costing the hub its run fast path: without an implementation of this hook, an observed
+    hub routes runs message by message so that ``msgbroker_message_routed`` sees each. A run
+    whose messages do not all reach the same recipients (some too large for a protocol, a
+    filtered or queue topic, sbus patterns) is still routed, and reported, message by
+    message. Called synchronously after the fan-out: keep it cheap."""
 
 
 @hookspec

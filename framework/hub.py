@@ -44,6 +44,9 @@ class Hub:
         self.stats = HubStats()
         #: called after each routed message when set; ``None`` keeps the hot path free
         self.observer: RouteObserver | None = None
+        #: called once for a run routed as a whole (``msgbroker_run_routed``); ``None``
+        #: makes an observed hub route runs message by message
+        self.run_observer: Callable[[MessageRun, RouteResult], None] | None = None
         #: called with (peer, message) for each skipped recipient, for logging
         self.on_skip: Callable[[Peer, Message], None] | None = None
         #: while an observed MCAST is offered to queue groups: it, and its counts
@@ -344,13 +347,19 @@ class Hub:
     def multicast_run(self, sender: Peer | None, run: MessageRun) -> int:
         """Deliver ``run.count`` MCASTs to one topic at once: one frame per recipient.
 
-        Same outcome as ``run.count`` calls of :meth:`multicast`, in order; with an
-        observer set it is exactly that, so the observer sees every message.
+        Same outcome as ``run.count`` calls of :meth:`multicast`, in order. With an
+        observer set, the run observer (when there is one) sees the run once, provided
+        every message reaches the same recipients; otherwise it is exactly ``run.count``
+        calls of :meth:`multicast`, so the observer sees every message.
         """
+        topic = self.topics.get(run.topic)
         if (
-            self.observer is not None
-            or one_by_one(self.topics.get(run.topic))
+            one_by_one(topic)
             or (self.patterns and self._matching_patterns(run.topic))
+            or (
+                (self.observer is not None or self.run_observer is not None)
+                and not self._observes_run(topic, run)
+            )
         ):
             # message by message: the observer sees each; filters look at each; pattern
             # subscribers (sbus) take one packet per message
@@ -358,9 +367,13 @@ class Hub:
         self.source = sender
         stats = self.stats
         stats.routed += run.count
-        topic = self.topics.get(run.topic)
         if topic is None:
+            if self.run_observer is not None:
+                self.run_observer(run, RouteResult({}))
             return 0
+        run_observer = self.run_observer
+        dropped_before = stats.dropped
+        per_protocol: dict[str, int] = {}
         delivered = 0
         for encoder, members in topic.by_encoder.items():
             frame, carried = run.encoded(encoder)
@@ -377,8 +390,22 @@ class Hub:
                     if message.encoded(encoder) is None:
                         self._skip(message, members, sender)
             delivered += recipients * carried
+            if run_observer is not None and recipients:
+                name = next(iter(members)).protocol
+                per_protocol[name] = per_protocol.get(name, 0) + recipients
         stats.delivered += delivered
+        if run_observer is not None:
+            run_observer(run, RouteResult(per_protocol, 0, stats.dropped - dropped_before))
         return delivered
+
+    def _observes_run(self, topic: Topic | None, run: MessageRun) -> bool:
+        """Whether the run observer can report ``run`` as one: there is one, and every
+        encoder of the topic carries every message (so all reach the same recipients)."""
+        if self.run_observer is None:
+            return False
+        if topic is None:
+            return True
+        return all(run.encoded(encoder)[1] == run.count for encoder in topic.by_encoder)
 
     def unicast(self, message: Message) -> int:
         """Deliver a UCAST to the identity ``message.topic``; :class:`NoSuchIdentity` if absent.
