@@ -19,12 +19,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import shutil
 import socket
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import procs
@@ -40,6 +38,7 @@ from sbus_clients import (
     publisher_main,
     reader_main,
     subscriber,
+    wait_listening,
 )
 from wire import payload
 
@@ -96,21 +95,13 @@ class SbusBroker(procs.Broker):
         try:
             listen = ["--listen", f"sbus=unix:{self.sbus_path}"]
             super().__init__(python, log, cpus, [*listen, *extra], timeout)
-            self._wait_sbus(timeout)
+            line = b"sbus listening on unix:" + self.sbus_path.encode()
+            wait_listening(self.proc, self.log, line, self.sbus_path, timeout, "the broker")
         except BaseException:
             if hasattr(self, "proc"):
                 self.stop()
             shutil.rmtree(self.sbus_dir, ignore_errors=True)
             raise
-
-    def _wait_sbus(self, timeout: float) -> None:
-        line = re.compile(rb"sbus listening on unix:" + re.escape(self.sbus_path.encode()))
-        deadline = time.monotonic() + timeout
-        while not line.search(self.log.read_bytes()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"broker did not log its sbus listener ({self.log})")
-            time.sleep(0.05)  # a log file has nothing to wait on
-        connect(self.sbus_path, timeout).close()
 
     def stop(self) -> int:
         try:

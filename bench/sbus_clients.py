@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import re
 import select
 import socket
 import struct
@@ -201,3 +202,16 @@ def drain(sock: socket.socket, idle: float = 0.5, limit: float = 60.0) -> tuple[
     except OSError as e:
         return count, str(e.strerror or e)
     return count, f"still sending after {limit} s"
+
+
+def wait_listening(proc, log, line: bytes, path: str, timeout: float, what: str) -> None:
+    """Wait for ``line`` in the server's ``log`` (a file has nothing to wait on but
+    polling), then connect once to ``path``: the socket really accepts."""
+    pattern = re.compile(re.escape(line))
+    deadline = time.monotonic() + timeout
+    while not pattern.search(log.read_bytes()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-500:]
+            raise RuntimeError(f"{what} did not start listening ({log}): {tail}")
+        time.sleep(0.05)
+    connect(path, timeout).close()

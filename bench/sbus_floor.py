@@ -15,15 +15,13 @@ without gcc (or if it fails to build) the ``relay`` kind is dropped with a one-l
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import procs
-from sbus_clients import connect
+from sbus_clients import wait_listening
 
 KIND = "relay"
 SOURCE = Path(__file__).resolve().parent / "sbus_relay.c"
@@ -85,22 +83,13 @@ class Relay(procs.Server):
         try:
             self.argv = [str(binary), self.sbus_path]
             self.proc = procs.spawn(self.argv, log=log, cpus=cpus)
-            self._wait_ready(timeout)
+            line = b"relay listening on " + self.sbus_path.encode()
+            wait_listening(self.proc, self.log, line, self.sbus_path, timeout, "the relay")
         except BaseException:
             if hasattr(self, "proc"):
                 self.stop()
             shutil.rmtree(self.sbus_dir, ignore_errors=True)
             raise
-
-    def _wait_ready(self, timeout: float) -> None:
-        line = re.compile(rb"relay listening on " + re.escape(self.sbus_path.encode()))
-        deadline = time.monotonic() + timeout
-        while not line.search(self.log.read_bytes()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = self.log.read_text(errors="replace")[-500:]
-                raise RuntimeError(f"relay did not start ({self.log}): {tail}")
-            time.sleep(0.05)  # a log file has nothing to wait on
-        connect(self.sbus_path, timeout).close()
 
     def stop(self) -> int:
         try:
