@@ -27,6 +27,7 @@ import time
 import traceback
 from pathlib import Path
 
+import journal
 import procs
 import sbus
 import sbus_floor
@@ -39,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 ALIASES = {"1": "mcast", "2": "fanout", "3": "latency", "4": "stalled", "5": "idle",
            "6": "stmp-mcast", "7": "stmp-fanout", "8": "stmp-cross", "stmp": "stmp-all",
            "9": "mm2-mcast", "10": "mm2-ack", "11": "mm2-fanout", "mm2": "mm2-all",
-           **sbus.ALIASES, "sbus": "sbus-all"}
+           **sbus.ALIASES, "sbus": "sbus-all", **journal.ALIASES}
 TARGETS = {
     ("mcast", "deliveries_per_s"): 1.5,
     ("fanout", "deliveries_per_s"): 5.0,
@@ -161,12 +162,15 @@ def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Se
         return sbus_floor.start_relay(log_dir / f"relay-{tag}.log", server_cpus)
     if kind in sbus.SBUS_KINDS:
         return sbus.start_broker(kind, args, log_dir / f"broker-{tag}-{kind}.log", server_cpus)
-    if kind in ("ssmp", "stmp", "ssmp->stmp", "mm2"):
+    if kind in ("ssmp", "stmp", "ssmp->stmp", "mm2", journal.KIND):
         extra = list(args.broker_arg)
         if args.max_backlog:
             extra += ["--max-backlog", args.max_backlog]
         if args.slow_consumer:
             extra += ["--slow-consumer", args.slow_consumer]
+        if kind == journal.KIND:
+            return journal.start_broker(args, log_dir / f"broker-{tag}-{kind}.log", server_cpus,
+                                        extra)
         return procs.Broker(args.python, log_dir / f"broker-{tag}.log", server_cpus, extra,
                             stmp=kind in ("stmp", "ssmp->stmp"), mm2=kind == "mm2")
     binary = procs.find_mosquitto(args.mosquitto)
@@ -188,7 +192,8 @@ def fmt(value: float) -> str:
 def describe(name: str, r: dict) -> str:
     if "error" in r:
         return f"FAILED: {r['error']}"
-    if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.NAMES):
+    if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.NAMES,
+                *journal.NAMES):
         if "deliveries_per_s" not in r:
             return (f"INCOMPLETE: {r['completed_subscribers']}/{r['subscribers']} subscribers "
                     f"complete, {r['delivered']:,} of {r['messages'] * r['subscribers']:,} "
@@ -226,6 +231,7 @@ def describe(name: str, r: dict) -> str:
                      f"{fmt(r['rss_after_kib'] / 1024)} MiB")
         if name in sbus.NAMES:
             text += sbus.describe_extra(name, r)
+        text += journal.describe_extra(name, r)
         return text
     if name == "latency":
         return (f"p50 {r['p50_us']:.1f} us, p90 {r['p90_us']:.1f} us, p99 {r['p99_us']:.1f} us, "
@@ -438,6 +444,7 @@ SUMMARY = {
                    ("deliveries_per_s_from_start", "deliveries/s from the publisher's start",
                     True)],
     **sbus.SUMMARY,
+    **journal.SUMMARY,
 }
 
 
@@ -504,6 +511,8 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
             line += _stmp_ratios(name, key, by_kind)
         elif name in sbus.NAMES:
             line += sbus.ratios(name, key, by_kind)
+        elif name in journal.NAMES:
+            line += journal.ratios(name, key, by_kind)
         elif set(by_kind) == {"ssmp", "mosquitto"}:
             ours = median_of(by_kind["ssmp"], key)
             theirs = median_of(by_kind["mosquitto"], key)

@@ -466,3 +466,9 @@ import sbus  # noqa: E402
 
 SCENARIOS.update(sbus.SCENARIOS)
 KINDS.update(sbus.KINDS)
+
+# scenario 17, the journal's cost, lives in bench/journal.py
+import journal  # noqa: E402
+
+SCENARIOS.update(journal.SCENARIOS)
+KINDS.update(journal.KINDS)
