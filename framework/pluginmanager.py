@@ -34,6 +34,7 @@ BUILTIN_PLUGINS = {
     "auth-open": "msgbroker.plugins.auth.open",
     "auth-secret": "msgbroker.plugins.auth.secret",
     "auth-cert": "msgbroker.plugins.auth.cert",
+    "journal": "msgbroker.plugins.journal.plugin",
 }
 
 

@@ -168,6 +168,9 @@ class BrokerService(service.MultiService):
     def startService(self) -> None:
         try:
             super().startService()
+            # plugins start here too (the journal opens its directory): their
+            # configuration errors end twistd with one line as well
+            self.broker.started()
         except ConfigError as e:
             if not self.exit_on_error:
                 raise
@@ -176,7 +179,6 @@ class BrokerService(service.MultiService):
             # the real stderr: twistd has redirected sys.stderr into its log by now
             (sys.__stderr__ or sys.stderr).write(f"twistd msgbroker: error: {e}\n")
             raise SystemExit(2) from None
-        self.broker.started()
 
     @defer.inlineCallbacks
     def stopService(self) -> Any:

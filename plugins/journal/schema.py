@@ -1,0 +1,102 @@
+"""The journal's on-disk format: directory layout and the two Parquet schemas.
+
+This is the contract with the readers (the Spark analytics and streaming jobs): change it
+only compatibly (add nullable columns at the end). Layout under the journal directory::
+
+    messages/date=YYYY-MM-DD/seg-00000042.parquet
+    sessions/date=YYYY-MM-DD/seg-00000007.parquet
+
+``date`` (UTC, from ``ts``) is a Hive-style partition: it is in the directory name, not in
+the files, so Spark's partition discovery and ``pyarrow.dataset(..., partitioning="hive")``
+add it as a column. Sequence numbers count up per table across dates and restarts. Files
+whose names start with ``.`` (temporaries being written) are not part of the journal; Spark
+and pyarrow datasets skip them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+
+MESSAGES = "messages"
+SESSIONS = "sessions"
+TABLES = (MESSAGES, SESSIONS)
+
+#: a finalized segment's file name, and the temporary it is written under first
+SEGMENT_NAME = "seg-{seq:08d}.parquet"
+TEMP_NAME = ".seg-{seq:08d}.parquet.tmp"
+SEGMENT_RE = re.compile(r"seg-(\d{8,})\.parquet")
+TEMP_RE = re.compile(r"\.seg-\d{8,}\.parquet\.tmp")
+PARTITION_PREFIX = "date="
+
+#: ``sessions.event`` values
+OPEN, LOGIN, AUTH_FAILURE, CLOSE = "open", "login", "auth_failure", "close"
+SESSION_EVENTS = (OPEN, LOGIN, AUTH_FAILURE, CLOSE)
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+RECIPIENTS = pa.map_(pa.string(), pa.int32())
+
+
+def _field(name: str, type_: pa.DataType, doc: str, nullable: bool = False) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable, metadata={"doc": doc})
+
+
+MESSAGES_SCHEMA = pa.schema(
+    [
+        _field("ts", TIMESTAMP, "when the broker routed the message (UTC)"),
+        _field("protocol", pa.string(), "the sender's protocol: ssmp, stmp, mm2, sbus..."),
+        _field("sender", pa.string(), "the sender's identity ('.' when anonymous)"),
+        _field("kind", pa.string(), "mcast, ucast, bcast, subscribe or unsubscribe"),
+        _field(
+            "topic",
+            pa.string(),
+            "the topic (mcast, presence) or the target identity (ucast); null for bcast",
+            nullable=True,
+        ),
+        _field("payload_size", pa.int32(), "payload length in bytes"),
+        _field("recipients", RECIPIENTS, "deliveries per recipient protocol (empty: none)"),
+        _field("delivered", pa.int32(), "total deliveries (sum of recipients)"),
+        _field("skipped", pa.int32(), "recipients whose protocol could not carry it"),
+        _field("dropped", pa.int32(), "deliveries discarded by a slow-consumer policy"),
+        _field(
+            "payload",
+            pa.binary(),
+            "the payload bytes; null unless the broker runs with --journal-payloads",
+            nullable=True,
+        ),
+    ],
+    metadata={"msgbroker.journal": "messages/1"},
+)
+
+SESSIONS_SCHEMA = pa.schema(
+    [
+        _field("ts", TIMESTAMP, "when the event happened (UTC)"),
+        _field("event", pa.string(), "open, login, auth_failure or close"),
+        _field("protocol", pa.string(), "the connection's protocol"),
+        _field(
+            "session_id",
+            pa.int64(),
+            "the connection, unique across broker restarts (see docs/journal.md)",
+            nullable=True,
+        ),
+        _field(
+            "identity",
+            pa.string(),
+            "login: the identity granted; auth_failure: the one asked for; close: the "
+            "session's identity (null if it never logged in); open: null",
+            nullable=True,
+        ),
+        _field("host", pa.string(), "the peer's address ('' for a local socket)"),
+        _field("scheme", pa.string(), "the auth scheme tried (login, auth_failure)", nullable=True),
+        _field(
+            "reason",
+            pa.string(),
+            "close: why the connection ended; auth_failure: why the login was refused",
+            nullable=True,
+        ),
+    ],
+    metadata={"msgbroker.journal": "sessions/1"},
+)
+
+SCHEMAS = {MESSAGES: MESSAGES_SCHEMA, SESSIONS: SESSIONS_SCHEMA}

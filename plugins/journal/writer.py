@@ -1,0 +1,475 @@
+"""The journal writer: records in memory, Parquet segments written by a thread of its own.
+
+No Twisted here. The broker's hooks call :meth:`JournalWriter.message`,
+:meth:`~JournalWriter.run` and :meth:`~JournalWriter.session` in the reactor thread; each
+appends a plain tuple to a list under a lock and returns, so routing never waits on the disk.
+A daemon thread wakes every ``rotate_seconds``, or early when the pending records' estimated
+size reaches ``rotate_bytes``, swaps the lists out, builds Arrow tables (expanding each run
+into its rows there, not in the reactor thread) and writes one segment per table and date.
+
+A segment becomes visible only complete: it is written under a hidden temporary name in its
+partition directory, fsynced, renamed to its final name, and the directory is fsynced. A
+``kill -9`` therefore loses at most the records not yet written, and may leave a temporary,
+which the next writer on the directory removes.
+
+Memory is bounded by ``max_records`` pending records: past it new records are dropped and
+counted (:attr:`JournalWriter.dropped`, logged at the next rotation). A segment that cannot
+be written (disk full) is logged and its records counted in :attr:`JournalWriter.failed`;
+the thread goes on with the next batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
+from operator import itemgetter, methodcaller
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from attrs import frozen
+
+from . import schema
+
+#: estimated bytes per pending record (its tuple and strings), for the size rotation
+RECORD_OVERHEAD = 100
+
+_log = logging.getLogger("msgbroker.journal")
+_values = methodcaller("values")
+
+
+@frozen(slots=True)
+class RunRecord:
+    """``count`` messages routed at once (``msgbroker_run_routed``), kept as one record until
+    the writer thread expands it. ``payloads()`` gives their payloads; ``dropped`` counts the
+    whole run's slow-consumer drops."""
+
+    ts: int
+    protocol: str
+    sender: str
+    kind: str
+    topic: str
+    count: int
+    payloads: Callable[[], Sequence[bytes]]
+    recipients: Mapping[str, int]
+    dropped: int
+
+
+class JournalWriter:
+    """Writes the journal under ``directory`` (see :mod:`.schema` for the layout).
+
+    ``clock`` (monotonic seconds) times the rotations; ``start=False`` runs no thread, so a
+    test drives the rotations itself with :meth:`tick` and :meth:`flush`. Timestamps (``ts``)
+    are microseconds since the epoch, given by the caller.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        rotate_seconds: float = 10.0,
+        rotate_bytes: int = 64 << 20,
+        max_records: int = 1_000_000,
+        keep_payloads: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        warn: Callable[[str], None] = _log.warning,
+        start: bool = True,
+    ) -> None:
+        self.directory = Path(directory)
+        self.rotate_seconds = rotate_seconds
+        self.rotate_bytes = rotate_bytes
+        self.max_records = max_records
+        self.keep_payloads = keep_payloads
+        self._clock = clock
+        self._warn = warn
+        #: records dropped because ``max_records`` were pending (or after close)
+        self.dropped = 0
+        #: records lost because their segment could not be written
+        self.failed = 0
+        #: records written, and finalized segment files
+        self.written = 0
+        self.segments = 0
+        #: leftover temporaries of an earlier writer, removed at start
+        self.removed: list[Path] = []
+        self._lock = threading.Lock()  # the pending lists and their counts
+        self._write_lock = threading.Lock()  # one rotation at a time
+        self._written = threading.Condition()
+        self._wake = threading.Event()
+        self._messages: list[Any] = []
+        self._sessions: list[tuple[Any, ...]] = []
+        self._pending = 0
+        self._size = 0
+        self._signalled = False
+        self._unreported = 0
+        self._limit = max_records  # 0 once closed
+        self._closing = False
+        self._next_seq = {name: self._scan(name) for name in schema.TABLES}
+        self._last_rotation = clock()
+        self._thread: threading.Thread | None = None
+        if start:
+            self._thread = threading.Thread(target=self._loop, name="journal-writer", daemon=True)
+            self._thread.start()
+
+    # -- the reactor thread's side: append and return ----------------------------------------
+
+    def message(
+        self,
+        ts: int,
+        protocol: str,
+        sender: str,
+        kind: str,
+        topic: str | None,
+        payload: bytes,
+        recipients: Mapping[str, int],
+        skipped: int,
+        dropped: int,
+    ) -> None:
+        """One routed message (``recipients``: deliveries per protocol, not copied: do not
+        change it afterwards)."""
+        size = len(payload)
+        kept = payload if self.keep_payloads else None
+        with self._lock:
+            if self._pending >= self._limit:
+                self.dropped += 1
+                self._unreported += 1
+                return
+            self._messages.append(
+                (ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, kept)
+            )
+            self._pending += 1
+            self._size += RECORD_OVERHEAD if kept is None else RECORD_OVERHEAD + size
+            if self._size >= self.rotate_bytes and not self._signalled:
+                self._signalled = True
+                self._wake.set()
+
+    def run(
+        self,
+        ts: int,
+        protocol: str,
+        sender: str,
+        kind: str,
+        topic: str,
+        count: int,
+        payloads: Callable[[], Sequence[bytes]],
+        recipients: Mapping[str, int],
+        dropped: int,
+    ) -> None:
+        """``count`` messages routed at once to the same ``recipients`` (each); the writer
+        thread calls ``payloads()`` (a pure function of immutable data) to expand the rows.
+        A run that does not fit under ``max_records`` is dropped whole."""
+        size = RECORD_OVERHEAD * count
+        if self.keep_payloads:  # they are held until written: count them
+            size += sum(map(len, payloads()))
+        record = RunRecord(ts, protocol, sender, kind, topic, count, payloads, recipients, dropped)
+        with self._lock:
+            if self._pending + count > self._limit:
+                self.dropped += count
+                self._unreported += count
+                return
+            self._messages.append(record)
+            self._pending += count
+            self._size += size
+            if self._size >= self.rotate_bytes and not self._signalled:
+                self._signalled = True
+                self._wake.set()
+
+    def session(
+        self,
+        ts: int,
+        event: str,
+        protocol: str,
+        session_id: int | None,
+        identity: str | None,
+        host: str,
+        scheme: str | None,
+        reason: str | None,
+    ) -> None:
+        """One session event (``event``: one of :data:`.schema.SESSION_EVENTS`)."""
+        with self._lock:
+            if self._pending >= self._limit:
+                self.dropped += 1
+                self._unreported += 1
+                return
+            self._sessions.append((ts, event, protocol, session_id, identity, host, scheme, reason))
+            self._pending += 1
+            self._size += RECORD_OVERHEAD
+            if self._size >= self.rotate_bytes and not self._signalled:
+                self._signalled = True
+                self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Records waiting for the next rotation."""
+        return self._pending
+
+    # -- rotation ----------------------------------------------------------------------------
+
+    def due(self) -> bool:
+        """Whether a rotation is due: ``rotate_seconds`` have passed since the last one, or
+        the pending records' estimated size reached ``rotate_bytes``."""
+        return (
+            self._size >= self.rotate_bytes
+            or self._clock() - self._last_rotation >= self.rotate_seconds
+        )
+
+    def tick(self) -> list[Path]:
+        """Rotate if :meth:`due`; the segments written."""
+        return self.flush() if self.due() else []
+
+    def flush(self) -> list[Path]:
+        """Write every pending record now (one segment per table and date); the segments
+        written. Write errors are logged and counted, never raised."""
+        with self._write_lock:
+            with self._lock:
+                messages, self._messages = self._messages, []
+                sessions, self._sessions = self._sessions, []
+                self._pending = self._size = 0
+                self._signalled = False
+                unreported, self._unreported = self._unreported, 0
+            self._last_rotation = self._clock()
+            if unreported:
+                self._warn(
+                    f"journal: dropped {unreported} records: {self.max_records} were pending "
+                    f"(the disk does not keep up); {self.dropped} dropped in all"
+                )
+            paths = self._write(schema.MESSAGES, messages, self._messages_table)
+            paths += self._write(schema.SESSIONS, sessions, _sessions_table)
+        if paths:
+            with self._written:
+                self.segments += len(paths)
+                self._written.notify_all()
+        return paths
+
+    def wait_segments(self, count: int, timeout: float) -> bool:
+        """Wait until at least ``count`` segments were written in all; False on timeout."""
+        with self._written:
+            return self._written.wait_for(lambda: self.segments >= count, timeout)
+
+    def close(self) -> None:
+        """Stop the thread, write what is pending; later records are dropped (counted)."""
+        if self._closing:
+            return
+        with self._lock:
+            self._closing = True
+            self._limit = 0
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.flush()
+
+    def _loop(self) -> None:
+        while not self._closing:
+            timeout = self._last_rotation + self.rotate_seconds - self._clock()
+            if timeout > 0:
+                self._wake.wait(timeout)
+            # cleared before the swap: a crossing after it sets the event again
+            self._wake.clear()
+            if self._closing:
+                return  # close() writes the rest
+            try:
+                self.tick()
+            except Exception as e:  # never let the thread die: the next batch may work
+                self._warn(f"journal: rotation failed: {e!r}")
+
+    # -- files -------------------------------------------------------------------------------
+
+    def _scan(self, table: str) -> int:
+        """The next sequence number of ``table`` (after every existing segment); removes the
+        temporaries a killed writer left behind."""
+        root = self.directory / table
+        root.mkdir(parents=True, exist_ok=True)
+        last = -1
+        for partition in root.iterdir():
+            if not (partition.name.startswith(schema.PARTITION_PREFIX) and partition.is_dir()):
+                continue
+            for entry in partition.iterdir():
+                match = schema.SEGMENT_RE.fullmatch(entry.name)
+                if match is not None:
+                    last = max(last, int(match.group(1)))
+                elif schema.TEMP_RE.fullmatch(entry.name):
+                    with contextlib.suppress(FileNotFoundError):
+                        entry.unlink()
+                    self.removed.append(entry)
+        return last + 1
+
+    def _write(
+        self, table_name: str, records: list[Any], build: Callable[[list[Any]], pa.Table]
+    ) -> list[Path]:
+        if not records:
+            return []
+        try:
+            table = build(records)
+        except Exception as e:
+            lost = sum(r.count if isinstance(r, RunRecord) else 1 for r in records)
+            self.failed += lost
+            self._warn(f"journal: cannot build {table_name} segment, {lost} records lost: {e!r}")
+            return []
+        paths = []
+        for day, part in _by_date(table):
+            try:
+                paths.append(self._write_segment(table_name, day, part))
+            except Exception as e:
+                self.failed += part.num_rows
+                self._warn(
+                    f"journal: cannot write {table_name} segment for {day}, "
+                    f"{part.num_rows} records lost: {e}"
+                )
+            else:
+                self.written += part.num_rows
+        return paths
+
+    def _write_segment(self, table_name: str, day: datetime.date, table: pa.Table) -> Path:
+        root = self.directory / table_name
+        partition = root / f"{schema.PARTITION_PREFIX}{day.isoformat()}"
+        if not partition.is_dir():
+            partition.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(root)
+        seq = self._next_seq[table_name]
+        self._next_seq[table_name] = seq + 1  # a failed write leaves a gap, never a reuse
+        temp = partition / schema.TEMP_NAME.format(seq=seq)
+        final = partition / schema.SEGMENT_NAME.format(seq=seq)
+        try:
+            pq.write_table(table, temp)
+            fd = os.open(temp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise
+        _fsync_dir(partition)
+        return final
+
+    # -- building tables (in the writer thread) ------------------------------------------------
+
+    def _messages_table(self, records: list[Any]) -> pa.Table:
+        if all(type(record) is tuple for record in records):
+            return pa.Table.from_batches([_rows_batch(records)])
+        return _with_runs(records, self.keep_payloads)
+
+
+def _spread(total: int, count: int) -> list[int]:
+    """``total`` split over ``count`` rows as evenly as possible (earlier rows get the rest)."""
+    base, rest = divmod(total, count)
+    return [base + 1] * rest + [base] * (count - rest)
+
+
+def _rows_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    # one C-level pass per column (zip(*rows) makes an iterator per row)
+    ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, payload = (
+        list(map(itemgetter(i), rows)) for i in range(10)
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            # int64 first: Python ints straight to a timestamp type take a slow path
+            pa.array(ts, pa.int64()).view(schema.TIMESTAMP),
+            pa.array(protocol, pa.string()),
+            pa.array(sender, pa.string()),
+            pa.array(kind, pa.string()),
+            pa.array(topic, pa.string()),
+            pa.array(size, pa.int32()),
+            pa.array(recipients, schema.RECIPIENTS),
+            pa.array(list(map(sum, map(_values, recipients))), pa.int32()),
+            pa.array(skipped, pa.int32()),
+            pa.array(dropped, pa.int32()),
+            pa.array(payload, pa.binary()),
+        ],
+        schema=schema.MESSAGES_SCHEMA,
+    )
+
+
+def _with_runs(records: list[Any], keep: bool) -> pa.Table:
+    """Messages and runs: the columns a run's rows share are built once per record and
+    repeated by a gather (``take``); only the payload sizes, drops and payloads are per row
+    in Python, by C-level list operations."""
+    heads: list[tuple[Any, ...]] = []
+    counts: list[int] = []
+    sizes: list[int] = []
+    drops: list[int] = []
+    payloads: list[bytes | None] = []
+    for record in records:
+        if type(record) is tuple:
+            heads.append(record)
+            counts.append(1)
+            sizes.append(record[5])
+            drops.append(record[8])
+            payloads.append(record[9])
+            continue
+        run = record.payloads()
+        n = len(run)
+        heads.append(
+            (record.ts, record.protocol, record.sender, record.kind, record.topic,
+             0, record.recipients, 0, 0, None)
+        )  # fmt: skip
+        counts.append(n)
+        sizes.extend(map(len, run))
+        drops.extend(_spread(record.dropped, n) if record.dropped and n else [0] * n)
+        if keep:
+            payloads.extend(run)
+    shared = pa.Table.from_batches([_rows_batch(heads)])
+    total = len(sizes)
+    offsets = pa.array(list(accumulate(counts, initial=0)), pa.int32())
+    # row -> its record: the parent index of each element of a list per record
+    parents = pc.list_parent_indices(pa.ListArray.from_arrays(offsets, pa.nulls(total)))
+    table = shared.take(parents)
+    for name, column in (
+        ("payload_size", pa.array(sizes, pa.int32())),
+        ("dropped", pa.array(drops, pa.int32())),
+        ("payload", pa.array(payloads, pa.binary()) if keep else pa.nulls(total, pa.binary())),
+    ):
+        table = table.set_column(
+            table.schema.get_field_index(name), schema.MESSAGES_SCHEMA.field(name), column
+        )
+    return table
+
+
+def _sessions_table(records: list[tuple[Any, ...]]) -> pa.Table:
+    ts, event, protocol, session_id, identity, host, scheme, reason = (
+        list(map(itemgetter(i), records)) for i in range(8)
+    )
+    return pa.Table.from_arrays(
+        [
+            pa.array(ts, pa.int64()).view(schema.TIMESTAMP),
+            pa.array(event, pa.string()),
+            pa.array(protocol, pa.string()),
+            pa.array(session_id, pa.int64()),
+            pa.array(identity, pa.string()),
+            pa.array(host, pa.string()),
+            pa.array(scheme, pa.string()),
+            pa.array(reason, pa.string()),
+        ],
+        schema=schema.SESSIONS_SCHEMA,
+    )
+
+
+def _by_date(table: pa.Table) -> list[tuple[datetime.date, pa.Table]]:
+    """``table`` split by the UTC date of its ``ts`` (usually one date: no copy)."""
+    days = table.column("ts").cast(pa.date32())
+    bounds = pc.min_max(days)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low == high:
+        return [(low, table)]
+    return [
+        (day, table.filter(pc.equal(days, pa.scalar(day, pa.date32()))))
+        for day in sorted(pc.unique(days).to_pylist())
+    ]
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,197 @@
+"""The journal plugin in a real broker with raw SSMP clients: enabling it (and only then
+observing routes), and what it records of messages, runs and sessions."""
+
+from __future__ import annotations
+
+import socket
+
+import pyarrow.dataset as ds
+import pytest
+from twisted.internet.task import Clock
+
+from msgbroker import Broker, BrokerConfig, ConfigError
+from msgbroker.plugins.journal import plugin
+from tests.ssmp.e2e_support import WAIT, running_broker
+
+LISTEN = ("ssmp=tcp:0:interface=127.0.0.1",)
+
+
+class Raw:
+    """A raw SSMP client: bytes out, lines in."""
+
+    def __init__(self, broker) -> None:
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=WAIT)
+        self.file = self.sock.makefile("rb")
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def line(self) -> bytes:
+        line = self.file.readline()
+        assert line, "the broker closed the connection"
+        return line
+
+    def request(self, data: bytes, reply: bytes = b"200\n") -> None:
+        self.send(data)
+        assert self.line() == reply
+
+    def until(self, wanted: bytes) -> None:
+        """Read lines until ``wanted`` comes."""
+        while self.line() != wanted:
+            pass
+
+    def eof(self) -> bool:
+        return self.file.readline() == b""
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def login(broker, name: str) -> Raw:
+    client = Raw(broker)
+    client.request(b"LOGIN %s open\n" % name.encode())
+    return client
+
+
+def read(directory, table: str) -> list[dict]:
+    return ds.dataset(directory / table, partitioning="hive").to_table().to_pylist()
+
+
+def test_without_journal_the_hub_has_no_observer():
+    with running_broker(LISTEN, auth=("open",)) as broker:
+        core = broker.service.broker
+        assert core.hub.observer is None
+        assert core.hub.run_observer is None
+        assert core._opened is None and core._closed is None and core._login is None
+        assert plugin.active_journal(core) is None
+
+
+def test_with_journal_the_hub_observes_until_the_broker_stops(tmp_path):
+    with running_broker(LISTEN, auth=("open",), journal=str(tmp_path)) as broker:
+        core = broker.service.broker
+        assert core.hub.observer is not None
+        assert core.hub.run_observer is not None
+        journal = plugin.active_journal(core)
+        assert journal is not None
+        assert journal.writer._thread.is_alive()
+    assert core.hub.observer is None and core.hub.run_observer is None
+    assert plugin.active_journal(core) is None
+    assert not journal.writer._thread.is_alive()
+
+
+def test_journal_records_messages_runs_and_sessions(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s3cret\n")
+    journal_dir = tmp_path / "journal"
+    with running_broker(
+        LISTEN,
+        auth=("open", "secret"),
+        secret_file=str(secret),
+        journal=str(journal_dir),
+        journal_rotate_seconds=3600.0,
+    ) as broker:
+        runs = []
+        journal = broker.call(plugin.active_journal, broker.service.broker)
+        real_run = journal._run
+
+        def counting_run(*args):
+            runs.append(args[5])  # the count
+            real_run(*args)
+
+        journal._run = counting_run
+
+        watcher = login(broker, "w")
+        watcher.request(b"SUBSCRIBE t PRESENCE\n")
+        sub = login(broker, "s")
+        sub.request(b"SUBSCRIBE t\n")
+        watcher.until(b"000 s SUBSCRIBE t\n")
+        pub = login(broker, "p")
+        pub.request(b"MCAST t hello\n")
+        pipelined = [b"m%d" % i for i in range(50)]
+        pub.send(b"".join(b"MCAST t %s\n" % p for p in pipelined))
+        for _ in pipelined:
+            assert pub.line() == b"200\n"
+        pub.request(b"MCAST nobody x\n")
+
+        intruder = Raw(broker)
+        intruder.request(b"LOGIN eve secret guess\n", b"401 open secret\n")
+        assert intruder.eof()
+        intruder.close()
+
+        pub.request(b"CLOSE\n")
+        assert pub.eof()
+        pub.close()
+        sub.close()
+        watcher.until(b"000 s UNSUBSCRIBE t\n")  # the broker saw it go
+        # the watcher stays: the broker's shutdown closes it
+
+    messages = read(journal_dir, "messages")
+    mcasts = [r for r in messages if r["kind"] == "mcast"]
+    assert [r["payload_size"] for r in mcasts] == [5, *map(len, pipelined), 1]
+    assert {(r["protocol"], r["sender"]) for r in mcasts} == {("ssmp", "p")}
+    assert [r["topic"] for r in mcasts] == ["t"] * 51 + ["nobody"]
+    assert [dict(r["recipients"]) for r in mcasts] == [{"ssmp": 2}] * 51 + [{}]
+    assert [r["delivered"] for r in mcasts] == [2] * 51 + [0]
+    assert {(r["skipped"], r["dropped"], r["payload"]) for r in mcasts} == {(0, 0, None)}
+    assert sum(runs) == 50  # the pipelined MCASTs were journaled as runs
+    ts = [r["ts"] for r in messages]
+    assert ts == sorted(ts)
+
+    sessions = read(journal_dir, "sessions")
+    ids = {}
+    for row in sessions:
+        if row["event"] == "open":
+            assert row["session_id"] not in ids
+            ids[row["session_id"]] = []
+        ids[row["session_id"]].append(
+            (row["event"], row["identity"], row["scheme"], row["reason"], row["host"])
+        )
+    host = "127.0.0.1"
+    assert sorted(ids.values()) == sorted(
+        [
+            [
+                ("open", None, None, None, host),
+                ("login", "w", "open", None, host),
+                ("close", "w", None, "shutdown", host),
+            ],
+            [
+                ("open", None, None, None, host),
+                ("login", "s", "open", None, host),
+                ("close", "s", None, "closed by peer", host),
+            ],
+            [
+                ("open", None, None, None, host),
+                ("login", "p", "open", None, host),
+                ("close", "p", None, "CLOSE", host),
+            ],
+            [
+                ("open", None, None, None, host),
+                ("auth_failure", "eve", "secret", "wrong secret", host),
+                ("close", None, None, "login refused", host),
+            ],
+        ]
+    )
+    assert {r["protocol"] for r in sessions} == {"ssmp"}
+
+
+def test_payloads_are_journaled_when_asked(tmp_path):
+    with running_broker(
+        LISTEN, auth=("open",), journal=str(tmp_path), journal_payloads=True
+    ) as broker:
+        pub = login(broker, "p")
+        pub.request(b"MCAST t hello\n")
+        pub.send(b"MCAST t one\nMCAST t two\n")
+        assert pub.line() + pub.line() == b"200\n200\n"
+        pub.close()
+    payloads = [r["payload"] for r in read(tmp_path, "messages") if r["kind"] == "mcast"]
+    assert payloads == [b"hello", b"one", b"two"]
+
+
+def test_an_unwritable_journal_directory_is_a_config_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    broker = Broker(BrokerConfig(journal=str(blocker / "journal")), reactor=Clock())
+    with pytest.raises(ConfigError, match=r"cannot write the journal in .*/file/journal"):
+        broker.started()
+    assert broker.hub.observer is None
