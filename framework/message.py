@@ -98,6 +98,9 @@ class MessageRun:
     count: int
     build_payloads: Callable[[], Sequence[bytes]] = field(eq=False, repr=False)
     wire: Any = field(default=None, eq=False, repr=False)
+    #: the payloads' total size without building them, when the sender knows it cheaply
+    #: (SSMP: from the request block's length); see :meth:`payload_bytes`
+    total_bytes: Callable[[], int] | None = field(default=None, eq=False, repr=False)
     _memo: dict[Any, Any] = field(factory=dict, eq=False, repr=False)
 
     def payloads(self) -> Sequence[bytes]:
@@ -107,6 +110,13 @@ class MessageRun:
         if payloads is None:
             payloads = memo[Sequence] = self.build_payloads()
         return payloads
+
+    def payload_bytes(self) -> int:
+        """The payloads' total size: from ``total_bytes`` when the sender gave it (an
+        observer such as the journal then costs no per-message work), else summed."""
+        if self.total_bytes is not None:
+            return self.total_bytes()
+        return sum(map(len, self.payloads()))
 
     def messages(self) -> list[Message]:
         """The individual messages, built once."""

@@ -81,6 +81,7 @@ class Journal:
             run.payloads,
             result.recipients,
             result.dropped,
+            run.payload_bytes,
         )
 
     @hookimpl

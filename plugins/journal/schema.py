@@ -54,11 +54,17 @@ MESSAGES_SCHEMA = pa.schema(
             "the topic (mcast, presence) or the target identity (ucast); null for bcast",
             nullable=True,
         ),
-        _field("payload_size", pa.int32(), "payload length in bytes"),
-        _field("recipients", RECIPIENTS, "deliveries per recipient protocol (empty: none)"),
-        _field("delivered", pa.int32(), "total deliveries (sum of recipients)"),
-        _field("skipped", pa.int32(), "recipients whose protocol could not carry it"),
-        _field("dropped", pa.int32(), "deliveries discarded by a slow-consumer policy"),
+        _field(
+            "count",
+            pa.int32(),
+            "messages this row stands for: 1, or a pipelined run routed at once (one "
+            "sender, one topic, the same recipients each); they share every other column",
+        ),
+        _field("payload_size", pa.int64(), "payload bytes, all of the row's messages together"),
+        _field("recipients", RECIPIENTS, "deliveries per recipient protocol, per message"),
+        _field("delivered", pa.int32(), "deliveries per message (sum of recipients)"),
+        _field("skipped", pa.int32(), "recipients per message whose protocol could not carry it"),
+        _field("dropped", pa.int32(), "deliveries a slow-consumer policy discarded, in all"),
         _field(
             "payload",
             pa.binary(),
@@ -66,7 +72,7 @@ MESSAGES_SCHEMA = pa.schema(
             nullable=True,
         ),
     ],
-    metadata={"msgbroker.journal": "messages/1"},
+    metadata={"msgbroker.journal": "messages/2"},
 )
 
 SESSIONS_SCHEMA = pa.schema(

@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from itertools import accumulate
 from operator import itemgetter, methodcaller
 from pathlib import Path
@@ -61,6 +62,8 @@ class RunRecord:
     payloads: Callable[[], Sequence[bytes]]
     recipients: Mapping[str, int]
     dropped: int
+    #: the payloads' total size, without building them where the sender knows it
+    payload_bytes: Callable[[], int]
 
 
 class JournalWriter:
@@ -142,7 +145,7 @@ class JournalWriter:
                 self._unreported += 1
                 return
             self._messages.append(
-                (ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, kept)
+                (ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, kept, 1)
             )
             self._pending += 1
             self._size += RECORD_OVERHEAD if kept is None else RECORD_OVERHEAD + size
@@ -161,14 +164,21 @@ class JournalWriter:
         payloads: Callable[[], Sequence[bytes]],
         recipients: Mapping[str, int],
         dropped: int,
+        payload_bytes: Callable[[], int] | None = None,
     ) -> None:
-        """``count`` messages routed at once to the same ``recipients`` (each); the writer
-        thread calls ``payloads()`` (a pure function of immutable data) to expand the rows.
-        A run that does not fit under ``max_records`` is dropped whole."""
+        """``count`` messages routed at once to the same ``recipients`` (each): one row with
+        that ``count``, whose size the writer thread asks ``payload_bytes()`` (default: the
+        sum over ``payloads()``; both pure functions of immutable data). With payloads kept
+        the run is expanded to a row per message instead. A run that does not fit under
+        ``max_records`` is dropped whole."""
+        if payload_bytes is None:
+            payload_bytes = partial(_total, payloads)
         size = RECORD_OVERHEAD * count
         if self.keep_payloads:  # they are held until written: count them
             size += sum(map(len, payloads()))
-        record = RunRecord(ts, protocol, sender, kind, topic, count, payloads, recipients, dropped)
+        record = RunRecord(
+            ts, protocol, sender, kind, topic, count, payloads, recipients, dropped, payload_bytes
+        )
         with self._lock:
             if self._pending + count > self._limit:
                 self.dropped += count
@@ -354,9 +364,22 @@ class JournalWriter:
     # -- building tables (in the writer thread) ------------------------------------------------
 
     def _messages_table(self, records: list[Any]) -> pa.Table:
-        if all(type(record) is tuple for record in records):
-            return pa.Table.from_batches([_rows_batch(records)])
-        return _with_runs(records, self.keep_payloads)
+        if self.keep_payloads and any(type(record) is not tuple for record in records):
+            return _with_runs(records)  # a row per payload
+        rows = [record if type(record) is tuple else _run_row(record) for record in records]
+        return pa.Table.from_batches([_rows_batch(rows)])
+
+
+def _total(payloads: Callable[[], Sequence[bytes]]) -> int:
+    return sum(map(len, payloads()))
+
+
+def _run_row(run: RunRecord) -> tuple[Any, ...]:
+    """A run as one row: ``count`` messages, their total size, the same recipients each."""
+    return (
+        run.ts, run.protocol, run.sender, run.kind, run.topic, run.payload_bytes(),
+        run.recipients, 0, run.dropped, None, run.count,
+    )  # fmt: skip
 
 
 def _spread(total: int, count: int) -> list[int]:
@@ -367,8 +390,8 @@ def _spread(total: int, count: int) -> list[int]:
 
 def _rows_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
     # one C-level pass per column (zip(*rows) makes an iterator per row)
-    ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, payload = (
-        list(map(itemgetter(i), rows)) for i in range(10)
+    ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, payload, count = (
+        list(map(itemgetter(i), rows)) for i in range(11)
     )
     return pa.RecordBatch.from_arrays(
         [
@@ -378,7 +401,8 @@ def _rows_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
             pa.array(sender, pa.string()),
             pa.array(kind, pa.string()),
             pa.array(topic, pa.string()),
-            pa.array(size, pa.int32()),
+            pa.array(count, pa.int32()),
+            pa.array(size, pa.int64()),
             pa.array(recipients, schema.RECIPIENTS),
             pa.array(list(map(sum, map(_values, recipients))), pa.int32()),
             pa.array(skipped, pa.int32()),
@@ -389,10 +413,10 @@ def _rows_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
     )
 
 
-def _with_runs(records: list[Any], keep: bool) -> pa.Table:
-    """Messages and runs: the columns a run's rows share are built once per record and
-    repeated by a gather (``take``); only the payload sizes, drops and payloads are per row
-    in Python, by C-level list operations."""
+def _with_runs(records: list[Any]) -> pa.Table:
+    """Messages and runs expanded to a row per message (payloads are kept): the columns a
+    run's rows share are built once per record and repeated by a gather (``take``); only
+    the payload sizes, drops and payloads are per row, by C-level list operations."""
     heads: list[tuple[Any, ...]] = []
     counts: list[int] = []
     sizes: list[int] = []
@@ -410,13 +434,12 @@ def _with_runs(records: list[Any], keep: bool) -> pa.Table:
         n = len(run)
         heads.append(
             (record.ts, record.protocol, record.sender, record.kind, record.topic,
-             0, record.recipients, 0, 0, None)
+             0, record.recipients, 0, 0, None, 1)
         )  # fmt: skip
         counts.append(n)
         sizes.extend(map(len, run))
         drops.extend(_spread(record.dropped, n) if record.dropped and n else [0] * n)
-        if keep:
-            payloads.extend(run)
+        payloads.extend(run)
     shared = pa.Table.from_batches([_rows_batch(heads)])
     total = len(sizes)
     offsets = pa.array(list(accumulate(counts, initial=0)), pa.int32())
@@ -424,9 +447,9 @@ def _with_runs(records: list[Any], keep: bool) -> pa.Table:
     parents = pc.list_parent_indices(pa.ListArray.from_arrays(offsets, pa.nulls(total)))
     table = shared.take(parents)
     for name, column in (
-        ("payload_size", pa.array(sizes, pa.int32())),
+        ("payload_size", pa.array(sizes, pa.int64())),
         ("dropped", pa.array(drops, pa.int32())),
-        ("payload", pa.array(payloads, pa.binary()) if keep else pa.nulls(total, pa.binary())),
+        ("payload", pa.array(payloads, pa.binary())),
     ):
         table = table.set_column(
             table.schema.get_field_index(name), schema.MESSAGES_SCHEMA.field(name), column

@@ -85,6 +85,10 @@ class McastRun:
         # line[skip:] for each line, by C iterators (a run can be thousands of lines)
         return list(map(itemgetter(slice(skip, None)), self.block.split(b"\n")[:-1]))
 
+    def payload_bytes(self) -> int:
+        """The payloads' total size, from the block's length: no line is split."""
+        return len(self.block) - self.count * (len(b"MCAST  \n") + len(self.topic))
+
     def expand(self) -> list[Mcast]:
         """The run as the individual :class:`Mcast` events it stands for."""
         skip = len(b"MCAST  ") + len(self.topic)

@@ -168,6 +168,7 @@ class SSMPServerProtocol(BrokerProtocol):
             event.topic,
             event.count,
             event.payloads,
+            total_bytes=event.payload_bytes,
         )
         prefix = self._prefix
         # "000 <from> " before every request line: the run's SSMP encoding in one C call

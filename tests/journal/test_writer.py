@@ -265,13 +265,22 @@ def test_payloads_are_kept_only_when_configured(tmp_path, keep):
     w.run(T0, "ssmp", "a", "mcast", "t", LONG_RUN, lambda: big, {"ssmp": 1}, 0)
     w.flush()
     found = rows(tmp_path)
-    assert [r["payload_size"] for r in found] == [12, 2, 4, *map(len, big)]
-    expected = [b"secret stuff", b"r1", b"run2", *big] if keep else [None] * (3 + LONG_RUN)
-    assert [r["payload"] for r in found] == expected
+    if keep:  # a row per message, so each payload has its own
+        assert [r["payload_size"] for r in found] == [12, 2, 4, *map(len, big)]
+        assert [r["payload"] for r in found] == [b"secret stuff", b"r1", b"run2", *big]
+        assert {r["count"] for r in found} == {1}
+    else:  # a row per run
+        total = sum(map(len, big))
+        assert [(r["count"], r["payload_size"]) for r in found] == [
+            (1, 12),
+            (2, 6),
+            (LONG_RUN, total),
+        ]
+        assert [r["payload"] for r in found] == [None] * 3
 
 
 @pytest.mark.parametrize("count", [3, LONG_RUN, 500])
-def test_a_run_expands_to_one_row_per_message(tmp_path, count):
+def test_a_run_is_one_row_standing_for_its_messages(tmp_path, count):
     w = journal(tmp_path)
     payloads = [b"x" * (i % 7 + 1) for i in range(count)]
     mcast(w, b"before")
@@ -279,7 +288,41 @@ def test_a_run_expands_to_one_row_per_message(tmp_path, count):
     mcast(w, b"after", ts=T0 + 2)
     w.flush()
     found = rows(tmp_path)
-    assert len(found) == count + 2
+    assert [r["count"] for r in found] == [1, count, 1]
+    assert [r["payload_size"] for r in found] == [6, sum(map(len, payloads)), 5]
+    (run,) = found[1:-1]
+    assert (run["protocol"], run["sender"], run["kind"], run["topic"]) == (
+        "mm2",
+        "bob",
+        "mcast",
+        "t",
+    )
+    assert dict(run["recipients"]) == {"ssmp": 2, "mm2": 1}  # each message's
+    assert (run["delivered"], run["skipped"], run["dropped"]) == (3, 0, 10)
+    assert run["ts"] == datetime.datetime(2023, 11, 14, 22, 13, 20, 1, tzinfo=datetime.UTC)
+
+
+def test_a_runs_size_comes_from_the_sender_when_it_knows_it(tmp_path):
+    w = journal(tmp_path)
+
+    def never() -> list[bytes]:
+        raise AssertionError("the payloads were built")
+
+    w.run(T0, "ssmp", "a", "mcast", "t", 1000, never, {"ssmp": 1}, 0, lambda: 64_000)
+    w.flush()
+    assert [(r["count"], r["payload_size"]) for r in rows(tmp_path)] == [(1000, 64_000)]
+
+
+@pytest.mark.parametrize("count", [3, LONG_RUN, 500])
+def test_with_payloads_a_run_expands_to_one_row_per_message(tmp_path, count):
+    w = journal(tmp_path, keep_payloads=True)
+    payloads = [b"x" * (i % 7 + 1) for i in range(count)]
+    mcast(w, b"before")
+    w.run(T0 + 1, "mm2", "bob", "mcast", "t", count, lambda: payloads, {"ssmp": 2, "mm2": 1}, 10)
+    mcast(w, b"after", ts=T0 + 2)
+    w.flush()
+    found = rows(tmp_path)
+    assert len(found) == count + 2 and {r["count"] for r in found} == {1}
     assert found[0]["payload_size"] == 6 and found[-1]["payload_size"] == 5  # order kept
     run = found[1:-1]
     assert [r["payload_size"] for r in run] == [len(p) for p in payloads]
@@ -309,6 +352,7 @@ def test_message_rows_carry_every_column(tmp_path):
             "sender": "carol",
             "kind": "ucast",
             "topic": "dave",
+            "count": 1,
             "payload_size": 3,
             "recipients": [("mm2", 1)],
             "delivered": 1,
@@ -321,6 +365,7 @@ def test_message_rows_carry_every_column(tmp_path):
             "sender": "alice",
             "kind": "bcast",
             "topic": None,
+            "count": 1,
             "payload_size": 3,
             "recipients": [("ssmp", 3), ("stmp", 1)],
             "delivered": 4,
@@ -333,6 +378,7 @@ def test_message_rows_carry_every_column(tmp_path):
             "sender": "alice",
             "kind": "mcast",
             "topic": "nobody",
+            "count": 1,
             "payload_size": 1,
             "recipients": [],
             "delivered": 0,
