@@ -28,6 +28,7 @@ PROTOCOL_COMMANDS = (
     "msgbroker.plugins.stmp.cli",
     "msgbroker.plugins.mm2.cli",
     "msgbroker.plugins.sbus.cli",
+    "msgbroker.analytics.cli",
 )
 
 PROG = "msgbroker"

@@ -1,0 +1,148 @@
+"""``msgbroker analytics ...``: the PySpark jobs over the broker's journal.
+
+::
+
+    msgbroker analytics report /var/lib/msgbroker/journal --out report/
+    msgbroker analytics report JOURNAL --out report/ --since 2026-11-22T08:00 --until 2026-11-23
+    msgbroker analytics report JOURNAL --out report/ --master spark://head:7077
+
+Needs the ``spark`` extra (``pip install 'msgbroker[spark]'``) and Java 17. Each action is
+a ``_run_<action>`` function below and a sub-parser in :func:`add_arguments`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from msgbroker.cli import CommandError
+
+from . import stream
+from .stream import add_stream_arguments
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+NAME = "analytics"
+HELP = (
+    "PySpark jobs over the journal: an HTML/Parquet traffic report, and live per-topic rates "
+    "published back into the broker (needs Java 17)"
+)
+
+
+def _time(text: str) -> dt.datetime:
+    from .report import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 date or time (2026-11-22, 2026-11-22T08:30, "
+            "2026-11-22T08:30:00+01:00)"
+        )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    report = actions.add_parser(
+        "report",
+        help="aggregate the journal into Parquet tables and an HTML report with charts",
+        description="Aggregate JOURNAL_DIR into REPORT_DIR/tables/<name>/ (Parquet) and "
+        "REPORT_DIR/index.html (with PNG charts).",
+    )
+    report.add_argument("journal_dir", metavar="JOURNAL_DIR", type=Path)
+    report.add_argument("--out", metavar="REPORT_DIR", type=Path, required=True)
+    _spark_arguments(report)
+    report.add_argument(
+        "--since",
+        metavar="ISO",
+        type=_time,
+        help="only rows at or after this time (UTC if no zone)",
+    )
+    report.add_argument(
+        "--until", metavar="ISO", type=_time, help="only rows before this time (UTC if no zone)"
+    )
+    report.set_defaults(action_run=_run_report)
+
+    # `stream`: Structured Streaming over the growing journal, back into the broker
+    add_stream_arguments(
+        actions.add_parser("stream", help=stream.HELP, description=stream.DESCRIPTION)
+    )
+
+
+def _spark_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options every Spark action takes."""
+    parser.add_argument(
+        "--master",
+        metavar="URL",
+        default="local[*]",
+        help="Spark master: local[*] (default, all cores here), spark://HOST:7077, yarn, ...",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    status: int = args.action_run(args)
+    return status
+
+
+def start_spark(master: str) -> SparkSession:
+    """A SparkSession for ``master``, or :class:`CommandError` with one line for a missing
+    extra or a missing Java. A session already running in this process (a notebook, the
+    tests) is returned as it is, ``master`` aside."""
+    from .session import JavaMissing, start_session
+
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        raise CommandError(
+            f"the spark extra is not installed ({e}): pip install 'msgbroker[spark]'"
+        )
+    try:
+        return start_session(master)
+    except JavaMissing as e:
+        raise CommandError(str(e))
+
+
+def _running_session() -> bool:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return False
+    return SparkSession.getActiveSession() is not None
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    if not args.journal_dir.is_dir():
+        raise CommandError(f"{args.journal_dir} is not a directory")
+    if args.since and args.until and args.since >= args.until:
+        raise CommandError("--since must be before --until")
+    # stop the session afterwards only if this command started it
+    ours = not _running_session()
+    spark = start_spark(args.master)
+    from .report import SkippedFile, run_report
+
+    def report_skip(item: SkippedFile) -> None:
+        sys.stderr.write(f"msgbroker analytics: {item}\n")
+
+    try:
+        report = run_report(
+            spark,
+            args.journal_dir,
+            args.out,
+            since=args.since,
+            until=args.until,
+            on_skip=report_skip,
+        )
+    finally:
+        if ours:
+            spark.stop()
+    summary = report.tables["summary"].to_pylist()[0]
+    print(
+        f"report: {report.index} ({summary['messages']:,} messages, "
+        f"{summary['sessions']:,} sessions; tables in {report.out_dir / 'tables'})"
+    )
+    return 0

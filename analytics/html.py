@@ -1,0 +1,197 @@
+"""``REPORT_DIR/index.html``: summary numbers first, then one section per question, each with
+its chart and the head of its table. Self-contained apart from the PNGs beside it (no
+scripts, no web fonts), so it opens from a file or any static server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .journal_files import SkippedFile
+
+HEAD_ROWS = 15
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+h1 { margin-bottom: 0.2em; } .sub { color: #666; margin-top: 0; }
+.cards { display: flex; flex-wrap: wrap; gap: 0.8em; margin: 1.5em 0; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: 0.6em 1em; min-width: 8em; }
+.card b { display: block; font-size: 1.5em; } .card span { color: #666; font-size: 0.85em; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+td, th { border-bottom: 1px solid #eee; padding: 0.25em 0.8em; text-align: left; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; border: 1px solid #eee; } .warn { color: #a40; }
+"""
+
+#: section title, chart (or None), tables shown under it, and a sentence of explanation
+SECTIONS: tuple[tuple[str, str | None, tuple[str, ...], str], ...] = (
+    (
+        "Traffic over time",
+        "messages_per_minute.png",
+        ("protocols", "recipient_protocols"),
+        "Messages routed per minute by the sender's protocol; deliveries by the recipient's.",
+    ),
+    (
+        "Topics",
+        "top_topics.png",
+        ("topics",),
+        "Multicast topics by messages; per-minute series of the top ones: tables/topics_by_minute.",
+    ),
+    (
+        "Top talkers",
+        None,
+        ("top_talkers",),
+        "Senders by messages, with their rank by bytes; per-minute series: "
+        "tables/senders_by_minute.",
+    ),
+    (
+        "Fan-out",
+        "fanout.png",
+        ("fanout",),
+        "How many deliveries one message made (0: nobody was subscribed).",
+    ),
+    (
+        "Drops and skips",
+        None,
+        ("kinds", "drops_by_topic"),
+        "Dropped: discarded by a slow-consumer policy. Skipped: the recipient's protocol could "
+        "not carry the message.",
+    ),
+    (
+        "Sessions",
+        "session_durations.png",
+        ("sessions",),
+        "From open to close. 'open': no close in the journal (still connected, or the broker "
+        "stopped); 'partial': opened before the journal or the --since window.",
+    ),
+    (
+        "Authentication failures",
+        "auth_failures.png",
+        ("auth_failures_by_identity", "auth_failures_by_host"),
+        "Refused logins by the identity asked for and by the peer's address.",
+    ),
+)
+
+
+def write_index(
+    out_dir: Path,
+    journal_dir: Path,
+    tables: dict[str, pa.Table],
+    charts: Sequence[Path],
+    skipped: Sequence[SkippedFile],
+) -> Path:
+    """Write index.html into ``out_dir``; charts and tables are linked relative to it."""
+    summary = tables["summary"].to_pylist()[0]
+    chart_names = {p.name: p for p in charts}
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        "<title>msgbroker journal report</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>msgbroker journal report</h1>",
+        f'<p class="sub">{escape(str(journal_dir))} &middot; '
+        f"{escape(_period(summary))} &middot; generated "
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC</p>",
+        _cards(summary),
+    ]
+    if skipped:
+        parts.append(
+            f'<p class="warn">{len(skipped)} file(s) in the journal directory were '
+            "not journal segments and were skipped:</p><ul>"
+        )
+        parts.extend(
+            f"<li><code>{escape(str(s.path))}</code>: {escape(s.reason)}</li>" for s in skipped
+        )
+        parts.append("</ul>")
+    for title, chart, names, text in SECTIONS:
+        parts.append(f"<h2>{escape(title)}</h2><p>{escape(text)}</p>")
+        if chart is not None and chart in chart_names:
+            rel = chart_names[chart].relative_to(out_dir).as_posix()
+            parts.append(f'<img src="{escape(rel)}" alt="{escape(title)}">')
+        for name in names:
+            parts.append(_table(name, tables[name]))
+    parts.append("<h2>Tables</h2><p>Every table, in full, as Parquet:</p><ul>")
+    parts.extend(
+        f'<li><a href="tables/{name}/">tables/{name}/</a> ({tables[name].num_rows} rows)</li>'
+        for name in tables
+    )
+    parts.append("</ul></body></html>")
+    index = out_dir / "index.html"
+    index.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return index
+
+
+def _period(summary: dict[str, Any]) -> str:
+    first, last = summary["first"], summary["last"]
+    if first is None:
+        return "no messages"
+    return f"{first:%Y-%m-%d %H:%M:%S} to {last:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _cards(summary: dict[str, Any]) -> str:
+    cards = [
+        ("messages", summary["messages"]),
+        ("bytes", _bytes(summary["bytes"])),
+        ("deliveries", summary["delivered"]),
+        ("dropped", summary["dropped"]),
+        ("skipped", summary["skipped"]),
+        ("topics", summary["topics"]),
+        ("senders", summary["senders"]),
+        ("sessions", summary["sessions"]),
+        ("still open", summary["open_sessions"]),
+        ("auth failures", summary["auth_failures"]),
+    ]
+    if summary["skipped_files"]:
+        cards.append(("files skipped", summary["skipped_files"]))
+    inner = "".join(
+        f"<div class=card><b>{escape(_number(v))}</b><span>{escape(k)}</span></div>"
+        for k, v in cards
+    )
+    return f'<div class="cards">{inner}</div>'
+
+
+def _number(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+def _table(name: str, table: pa.Table) -> str:
+    head = table.slice(0, HEAD_ROWS).to_pylist()
+    more = f" (first {HEAD_ROWS} of {table.num_rows})" if table.num_rows > HEAD_ROWS else ""
+    rows = [f"<h3>{escape(name)}{more}</h3><table><tr>"]
+    rows.extend(f"<th>{escape(col)}</th>" for col in table.column_names)
+    rows.append("</tr>")
+    if not head:
+        rows.append(f'<tr><td colspan="{table.num_columns}">(none)</td></tr>')
+    for row in head:
+        cells = []
+        for value in row.values():
+            css = ' class="n"' if isinstance(value, int | float) else ""
+            cells.append(f"<td{css}>{escape(_cell(value))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, dt.datetime):
+        return f"{value:%Y-%m-%d %H:%M:%S}"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    return _number(value)

@@ -1,0 +1,79 @@
+"""``msgbroker analytics report`` through ``msgbroker.cli.main``: end to end once, and the
+errors a person can make before Spark starts (no Java, a bad time window)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow.parquet as pq
+import pytest
+
+from msgbroker.analytics.report import parse_time
+from msgbroker.analytics.session import JAVA_MISSING
+from msgbroker.cli import main
+
+
+@pytest.mark.spark
+def test_report_end_to_end(spark, sample_journal, tmp_path, capsys):
+    # `spark` first: the command uses the running session (and leaves it running)
+    out = tmp_path / "report"
+    status = main(
+        ["analytics", "report", str(sample_journal.root), "--out", str(out),
+         "--since", "2026-11-21", "--master", "local[2]"]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert status == 0
+    assert captured.out == (
+        f"report: {out / 'index.html'} (11 messages, 5 sessions; tables in {out / 'tables'})\n"
+    )
+    # one line per bad file, naming it
+    lines = captured.err.splitlines()
+    assert len(lines) == len(sample_journal.bad)
+    for path in sample_journal.bad:
+        assert sum(line.startswith(f"msgbroker analytics: skipped {path}: ") for line in lines) == 1
+    assert (out / "index.html").is_file()
+    [summary] = pq.read_table(out / "tables" / "summary").to_pylist()
+    assert summary["since"] == dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
+    assert not spark.sparkContext._jsc.sc().isStopped()
+
+
+def test_missing_java_is_one_line_saying_what_to_install(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("JAVA_HOME", str(empty))
+    status = main(["analytics", "report", str(tmp_path), "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert captured.out == ""
+    assert captured.err == f"msgbroker: error: {JAVA_MISSING}\n"
+    assert "openjdk-17-jre-headless" in JAVA_MISSING
+    assert not (tmp_path / "out").exists()
+
+
+def test_since_must_be_before_until(tmp_path, capsys):
+    status = main(
+        ["analytics", "report", str(tmp_path), "--out", str(tmp_path / "out"),
+         "--since", "2026-11-22T10:00", "--until", "2026-11-22T09:00"]
+    )  # fmt: skip
+    assert status == 1
+    assert capsys.readouterr().err == "msgbroker: error: --since must be before --until\n"
+
+
+def test_journal_dir_must_exist(tmp_path, capsys):
+    status = main(["analytics", "report", str(tmp_path / "nope"), "--out", str(tmp_path)])
+    assert status == 1
+    assert capsys.readouterr().err == f"msgbroker: error: {tmp_path / 'nope'} is not a directory\n"
+
+
+def test_a_time_that_is_not_iso_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["analytics", "report", str(tmp_path), "--out", str(tmp_path), "--since", "yesterday"])
+    assert exit_info.value.code == 2
+    assert "'yesterday' is not an ISO 8601 date or time" in capsys.readouterr().err
+
+
+def test_times_without_a_zone_are_utc():
+    assert parse_time("2026-11-22T00:01") == dt.datetime(2026, 11, 22, 0, 1, tzinfo=dt.UTC)
+    assert parse_time("2026-11-22") == dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
+    assert parse_time("2026-11-22T01:01+01:00") == dt.datetime(2026, 11, 22, 0, 1, tzinfo=dt.UTC)
