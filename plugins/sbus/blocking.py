@@ -89,7 +89,38 @@ def server_packet(data: bytes, max_packet: int) -> Publish | ControlMessage:
     return packet
 
 
-class BlockingSbusClient:
+class SbusVerbs:
+    """What both clients send, the same way: each verb is one packet through ``_send``."""
+
+    def _send(self, packet: codec.Packet) -> None:
+        raise NotImplementedError
+
+    def subscribe(self, pattern: bytes) -> None:
+        self._send(codec.Subscribe(pattern))
+
+    def unsubscribe(self, pattern: bytes) -> None:
+        self._send(codec.Unsubscribe(pattern))
+
+    def publish(self, key: bytes, payload: bytes) -> None:
+        self._send(Publish(key, payload))
+
+    def control(self, key: bytes, payload: bytes = b"") -> None:
+        """Send ``CMSG key\\0payload`` to the broker (never forwarded to anyone)."""
+        self._send(ControlMessage(key, payload))
+
+    def echo(self, on: bool) -> None:
+        """Whether this client receives its own messages (on by default)."""
+        self.control(codec.ECHO_ON if on else codec.ECHO_OFF)
+
+    def flood(
+        self, soft: str | None = None, hard: str | None = None, order: str | None = None
+    ) -> None:
+        """What the broker does when this client cannot keep up; see :func:`flood_controls`."""
+        for key in flood_controls(soft, hard, order):
+            self.control(key)
+
+
+class BlockingSbusClient(SbusVerbs):
     """A blocking sbus client. Not thread-safe.
 
     ``address``: a socket path, ``@name``, ``/dev/unix/abstract/HEX`` or ``/dev/fd/N`` (an
@@ -125,30 +156,6 @@ class BlockingSbusClient:
         self.close()
 
     # -- sending -----------------------------------------------------------------------------
-
-    def subscribe(self, pattern: bytes) -> None:
-        self._send(codec.Subscribe(pattern))
-
-    def unsubscribe(self, pattern: bytes) -> None:
-        self._send(codec.Unsubscribe(pattern))
-
-    def publish(self, key: bytes, payload: bytes) -> None:
-        self._send(Publish(key, payload))
-
-    def control(self, key: bytes, payload: bytes = b"") -> None:
-        """Send ``CMSG key\\0payload`` to the broker (never forwarded to anyone)."""
-        self._send(ControlMessage(key, payload))
-
-    def echo(self, on: bool) -> None:
-        """Whether this client receives its own messages (on by default)."""
-        self.control(codec.ECHO_ON if on else codec.ECHO_OFF)
-
-    def flood(
-        self, soft: str | None = None, hard: str | None = None, order: str | None = None
-    ) -> None:
-        """What the broker does when this client cannot keep up; see :func:`flood_controls`."""
-        for key in flood_controls(soft, hard, order):
-            self.control(key)
 
     def whoami(self) -> bytes:
         """This client's credentials as the broker sees them: ``b"!/cred/GID/UID/PID"``

@@ -41,9 +41,9 @@ from .blocking import (
     BlockingClient,
     BlockingSbusClient,
     SbusConnectionClosed,
+    SbusVerbs,
     as_address,
     default_address,
-    flood_controls,
     inherited_socket,
     server_packet,
 )
@@ -68,7 +68,7 @@ log = Logger(namespace="msgbroker.sbus.client")
 _RETRY = 0.01
 
 
-class SbusClient(Protocol):
+class SbusClient(SbusVerbs, Protocol):
     """One sbus connection (see the module docstring). Sending methods write at once and
     return None; they raise :class:`SbusConnectionClosed` once the connection is closing
     or gone, and ValueError (before anything is sent) for a NUL in a key or pattern."""
@@ -104,31 +104,6 @@ class SbusClient(Protocol):
             self._control_callback(message)
 
     # -- sending -----------------------------------------------------------------------------
-
-    def subscribe(self, pattern: bytes) -> None:
-        self._send(codec.Subscribe(pattern))
-
-    def unsubscribe(self, pattern: bytes) -> None:
-        self._send(codec.Unsubscribe(pattern))
-
-    def publish(self, key: bytes, payload: bytes) -> None:
-        self._send(Publish(key, payload))
-
-    def control(self, key: bytes, payload: bytes = b"") -> None:
-        """Send ``CMSG key\\0payload`` to the broker (never forwarded to anyone)."""
-        self._send(ControlMessage(key, payload))
-
-    def echo(self, on: bool) -> None:
-        """Whether this client receives its own messages (on by default)."""
-        self.control(codec.ECHO_ON if on else codec.ECHO_OFF)
-
-    def flood(
-        self, soft: str | None = None, hard: str | None = None, order: str | None = None
-    ) -> None:
-        """What the broker does when this client cannot keep up (see
-        :func:`~.blocking.flood_controls`)."""
-        for key in flood_controls(soft, hard, order):
-            self.control(key)
 
     def whoami(self) -> defer.Deferred[bytes]:
         """Fires with this client's credentials as the broker sees them,
