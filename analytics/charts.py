@@ -26,11 +26,13 @@ TOP_BARS = 15
 
 
 def render_all(tables: dict[str, pa.Table], out_dir: Path) -> list[Path]:
-    """Draw every chart into ``out_dir``; returns their paths, in :data:`CHARTS` order."""
-    import matplotlib
+    """Draw every chart into ``out_dir``; returns their paths, in :data:`CHARTS` order.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Figures are made directly (``matplotlib.figure.Figure`` on the Agg canvas), not through
+    pyplot and its global state, so the report can draw them on a thread of their own while
+    Spark computes the rest.
+    """
+    from matplotlib.figure import Figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
     drawers: dict[str, Callable[..., None]] = {
@@ -43,14 +45,21 @@ def render_all(tables: dict[str, pa.Table], out_dir: Path) -> list[Path]:
     paths = []
     for name in CHARTS:
         ncols = 2 if name == "auth_failures.png" else 1
-        fig, axes = plt.subplots(1, ncols, figsize=(10, 4.5), squeeze=False)
+        fig = Figure(figsize=(10, 4.5))
+        axes = fig.subplots(1, ncols, squeeze=False)
         drawers[name](tables, *axes[0])
         fig.tight_layout()
         path = out_dir / name
         fig.savefig(path, dpi=90)
-        plt.close(fig)
         paths.append(path)
     return paths
+
+
+def preload() -> None:
+    """Import what drawing needs (a second or so), e.g. while the JVM starts."""
+    import matplotlib.dates
+    import matplotlib.figure  # noqa: F401
+    from matplotlib.backends import backend_agg  # noqa: F401
 
 
 def _empty(ax: Any, what: str) -> None:

@@ -1,9 +1,9 @@
 """Which files of a journal directory a job may read, checked before Spark sees them.
 
-Spark fails a whole job on one unreadable file, and with ``ignoreCorruptFiles`` it skips it
-without saying which. So the jobs list the segments themselves, read each one's Parquet
-footer with pyarrow (a few kilobytes, no data pages), and hand Spark only the files whose
-schema has the journal's columns with the journal's types. Everything else is *reported*
+One unreadable file must not fail a whole job, and a skipped file must be named (Spark's
+``ignoreCorruptFiles`` skips without saying which). So the jobs list the segments
+themselves, read each one's Parquet footer with pyarrow (a few kilobytes, no data pages),
+and read only the files whose schema has the journal's columns with the journal's types. Everything else is *reported*
 (one :class:`SkippedFile` each) and left out, never fatal: a truncated segment from a disk
 that filled up, a stray CSV, a Parquet file of some other program.
 
@@ -126,7 +126,8 @@ def schema_problem(path: Path, expected: pa.Schema) -> str | None:
     """Why ``path`` is not a segment with ``expected``'s columns, or None if it is one.
 
     Reads the footer only. A file whose footer is fine but whose data pages are damaged gets
-    past this check; the jobs run Spark with ``ignoreCorruptFiles`` for that rarer case.
+    past this check: the report's tasks find and report that rarer case
+    (:mod:`.partials`); the streaming query runs Spark's reader with ``ignoreCorruptFiles``.
     """
     try:
         schema = pq.read_schema(path)

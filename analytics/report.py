@@ -1,12 +1,20 @@
 """The analytics report: the journal's traffic, fan-out, drops, talkers and sessions.
 
-:func:`run_report` reads the journal's two tables with Spark (explicit schemas, only the
-files :mod:`.journal_files` vouched for), computes every aggregate on the cluster, brings
-the results back to the driver as Arrow tables (they are small: one row per topic, sender,
-minute...), and writes them there: ``REPORT_DIR/tables/<name>/part-00000.parquet`` and
-``REPORT_DIR/index.html`` with PNG charts. Writing on the driver means the report lands on
-the machine that asked for it, with or without a filesystem shared with a cluster; only
-the journal directory has to be readable by the executors.
+:func:`run_report` checks the journal's segments (:mod:`.journal_files`), cuts them into
+slices and has Spark run one task per slice (:mod:`.partials`): each reads its segments with
+pyarrow and reduces them to partial aggregates, which come back to the driver, are merged,
+and rolled up into the report's tables (small: one row per topic, sender, minute...). A
+second, lighter job gives the top topics' per-minute series (which topics are on top is
+known only then). The driver writes everything: ``REPORT_DIR/tables/<name>/part-00000.parquet``
+and ``REPORT_DIR/index.html`` with PNG charts, so the report lands on the machine that asked
+for it, with or without a filesystem shared with a cluster; only the journal directory has
+to be readable by the executors.
+
+Why not Spark SQL over the Parquet files, which the first version did: on this project's
+2-core reference machine a 5-million-row report took 50 s, 35 s of them in Spark's
+per-query planning, code generation and JIT warm-up, shuffles, and row-at-a-time reading of
+the ``recipients`` map; the same work as columnar pyarrow in the tasks takes a few seconds
+(docs/analytics.md has the figures).
 
 A journal row stands for ``count`` messages (a pipelined run the broker routed at once;
 ``messages/1`` segments have no ``count``: 1 each): messages are ``sum(count)``, bytes
@@ -22,8 +30,10 @@ the traffic tables. "Topics" are mcast topics (a ucast's ``topic`` is its target
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import shutil
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,23 +42,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import charts, html
+from . import charts, html, partials
 from .journal_files import MESSAGES, SESSIONS, SkippedFile, list_table
 
 __all__ = ["TABLES", "Report", "SkippedFile", "parse_time", "run_report"]
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-MESSAGES_DDL = (
-    "ts TIMESTAMP, protocol STRING, sender STRING, kind STRING, topic STRING, count INT, "
-    "payload_size BIGINT, recipients MAP<STRING, INT>, delivered INT, skipped INT, "
-    "dropped INT, payload BINARY"
-)
-SESSIONS_DDL = (
-    "ts TIMESTAMP, event STRING, protocol STRING, session_id BIGINT, identity STRING, "
-    "host STRING, scheme STRING, reason STRING"
-)
 TRAFFIC_KINDS = ("mcast", "ucast", "bcast")
 #: how many topics get their own per-minute series (``topics_by_minute``)
 TOP_TOPICS_SERIES = 10
@@ -102,104 +103,106 @@ def run_report(
 ) -> Report:
     """Compute the report of ``journal_dir`` rows in ``[since, until)`` into ``out_dir``.
 
-    Files that are not journal segments are passed to ``on_skip`` (as found), listed in the
-    report, and otherwise ignored.
+    Files that are not journal segments, or whose data turn out damaged, are passed to
+    ``on_skip`` (as found), listed in the report, and otherwise ignored.
     """
     journal_dir, out_dir = Path(journal_dir), Path(out_dir)
     listed = {t: list_table(journal_dir, t, since, until) for t in (MESSAGES, SESSIONS)}
-    skipped = listed[MESSAGES].skipped + listed[SESSIONS].skipped
+    skipped = list(listed[MESSAGES].skipped + listed[SESSIONS].skipped)
     if on_skip is not None:
         for item in skipped:
             on_skip(item)
-
-    messages = _read(spark, listed[MESSAGES].segments, MESSAGES_DDL, since, until)
-    sessions = _read(spark, listed[SESSIONS].segments, SESSIONS_DDL, since, until)
-    from pyspark.sql import functions as F
-
-    messages = messages.drop("payload").withColumn("count", F.coalesce(F.col("count"), F.lit(1)))
-    tables = aggregate(messages, sessions)
-    tables["summary"] = summarize(tables, since, until, len(skipped))
-
-    tables_dir = out_dir / "tables"
-    for name in TABLES:
-        target = tables_dir / name
-        if target.exists():
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
-        pq.write_table(tables[name], target / "part-00000.parquet")
-    chart_paths = charts.render_all(tables, out_dir / "charts")
-    index = html.write_index(out_dir, journal_dir, tables, chart_paths, skipped)
-    return Report(out_dir, index, tables, tuple(chart_paths), skipped)
-
-
-def _read(
-    spark: SparkSession,
-    paths: tuple[Path, ...],
-    ddl: str,
-    since: dt.datetime | None,
-    until: dt.datetime | None,
-) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    if paths:
-        frame = spark.read.schema(ddl).parquet(*(str(p) for p in paths))
-    else:
-        frame = spark.createDataFrame([], ddl)
-    if since is not None:
-        frame = frame.where(F.col("ts") >= F.lit(since))
-    if until is not None:
-        frame = frame.where(F.col("ts") < F.lit(until))
-    return frame
+    jobs = _Jobs(spark, since, until, on_skip, skipped)
+    messages, sessions = listed[MESSAGES].segments, listed[SESSIONS].segments
+    tables = aggregate(jobs, messages, sessions)
+    # the charts need nothing from the second job: draw them meanwhile (the driver only
+    # waits on Spark there), and write the tables once that job is back
+    with ThreadPoolExecutor(1, thread_name_prefix="charts") as drawing:
+        charts_done = drawing.submit(charts.render_all, dict(tables), out_dir / "charts")
+        tables["topics_by_minute"] = top_topics_by_minute(jobs, messages, tables["topics"])
+        tables["summary"] = summarize(tables, since, until, len(skipped))
+        tables_dir = out_dir / "tables"
+        for name in TABLES:
+            target = tables_dir / name
+            if target.exists():
+                shutil.rmtree(target)
+            target.mkdir(parents=True)
+            pq.write_table(tables[name], target / "part-00000.parquet")
+        chart_paths = charts_done.result()
+    index = html.write_index(out_dir, journal_dir, tables, chart_paths, tuple(skipped))
+    return Report(out_dir, index, tables, tuple(chart_paths), tuple(skipped))
 
 
-def aggregate(messages: DataFrame, sessions: DataFrame) -> dict[str, pa.Table]:
-    """Every table but ``summary``, computed by Spark and collected as Arrow tables.
+@attrs.define
+class _Jobs:
+    """Runs :mod:`.partials` tasks on Spark and merges what they return."""
 
-    A Spark job costs a scan of the journal plus fixed overhead, so each pass groups at the
-    finest grain several tables need and the driver rolls that up with pyarrow (milliseconds
-    for the ~10^5 rows that come back): four passes over the messages, not one per table.
-    """
-    from pyspark.sql import functions as F
+    spark: SparkSession
+    since: dt.datetime | None
+    until: dt.datetime | None
+    on_skip: Callable[[SkippedFile], None] | None
+    skipped: list[SkippedFile]
 
-    minute = F.date_trunc("minute", F.col("ts")).alias("minute")
-    traffic = messages.where(F.col("kind").isin(*TRAFFIC_KINDS))
+    def run(
+        self, items: Sequence[tuple[str, Path]], topics: Sequence[str] | None = None
+    ) -> dict[str, pa.Table]:
+        """The merged partials of ``items`` (table, path); every grain present, maybe empty."""
+        partials.ship_by_value()
+        context = self.spark.sparkContext
+        # a segment found damaged by an earlier job is not read (nor reported) again
+        known = {s.path for s in self.skipped}
+        sized = [(t, str(p), p.stat().st_size) for t, p in items if p not in known]
+        cut = partials.slices(sized, context.defaultParallelism)
+        results = []
+        if cut:
+            job = functools.partial(
+                partials.run_slices, since=self.since, until=self.until, topics=topics
+            )
+            results = context.parallelize(cut, len(cut)).mapPartitions(job).collect()
+        found: dict[str, list[pa.Table]] = {}
+        for what, value in results:
+            if what == "skipped":
+                item = SkippedFile(Path(value[0]), value[1])
+                self.skipped.append(item)
+                if self.on_skip is not None:
+                    self.on_skip(item)
+            else:
+                found.setdefault(value[0], []).append(partials.from_ipc(value[1]))
+        grains = ("topic_minute",) if topics is not None else partials.MAIN_GRAINS
+        return {g: partials.merge(g, found[g]) if g in found else partials.empty(g) for g in grains}
+
+
+def aggregate(
+    jobs: _Jobs, messages: Sequence[Path], sessions: Sequence[Path]
+) -> dict[str, pa.Table]:
+    """Every table but ``summary`` and ``topics_by_minute``: the partials of one job over
+    all segments, rolled up."""
+    grains = jobs.run([(MESSAGES, p) for p in messages] + [(SESSIONS, p) for p in sessions])
     tables: dict[str, pa.Table] = {}
 
-    # pass 1: kind x minute x protocol x sender
-    grain = _collect(
-        messages.groupBy("kind", minute, "protocol", "sender").agg(
-            *_volume(), *_outcomes(), F.min("ts").alias("first"), F.max("ts").alias("last")
-        )
-    )
-    tables["kinds"] = _sorted(
-        _rollup(grain, ["kind"], VOLUME + OUTCOMES, [("first", "min"), ("last", "max")]),
-        [("messages", "descending"), ("kind", "ascending")],
-    )
-    grain = grain.filter(pc.is_in(grain.column("kind"), pa.array(TRAFFIC_KINDS)))
+    by_sender = grains["by_sender"]
+    kinds = _rollup(by_sender, ["kind"], VOLUME + OUTCOMES).join(grains["span"], "kind")
+    tables["kinds"] = _sorted(kinds, [("messages", "descending"), ("kind", "ascending")])
+    traffic = _traffic(by_sender)
     tables["protocols"] = _sorted(
-        _rollup(grain, ["protocol"], VOLUME + OUTCOMES),
+        _rollup(traffic, ["protocol"], VOLUME + OUTCOMES),
         [("messages", "descending"), ("protocol", "ascending")],
     )
     tables["traffic_by_minute"] = _sorted(
-        _rollup(grain, ["minute", "protocol"], VOLUME),
+        _rollup(traffic, ["minute", "protocol"], VOLUME),
         [("minute", "ascending"), ("protocol", "ascending")],
     )
     tables["senders_by_minute"] = _sorted(
-        _rollup(grain, ["minute", "sender"], VOLUME),
+        _rollup(traffic, ["minute", "sender"], VOLUME),
         [("minute", "ascending"), ("sender", "ascending")],
     )
     tables["top_talkers"] = _ranked(
-        _rollup(grain, ["sender"], VOLUME, [("protocol", "count_distinct")]).rename_columns(
+        _rollup(traffic, ["sender"], VOLUME, [("protocol", "count_distinct")]).rename_columns(
             {"protocol": "protocols"}
         )
     )
 
-    # pass 2: kind x topic x fan-out (traffic only)
-    by_topic = _collect(
-        traffic.groupBy("kind", "topic", F.col("delivered").alias("fanout")).agg(
-            *_volume(), *_outcomes()
-        )
-    )
+    by_topic = _traffic(grains["by_topic"])
     mcast = by_topic.filter(pc.equal(by_topic.column("kind"), "mcast"))
     topics = _sorted(
         _rollup(mcast, ["topic"], VOLUME + OUTCOMES),
@@ -216,30 +219,12 @@ def aggregate(messages: DataFrame, sessions: DataFrame) -> dict[str, pa.Table]:
         ).select(["topic", "dropped", "skipped", "messages"]),
         [("dropped", "descending"), ("skipped", "descending"), ("topic", "ascending")],
     )
-
-    # pass 3: deliveries by the recipients' protocols
     tables["recipient_protocols"] = _sorted(
-        _collect(
-            traffic.select("count", F.explode("recipients").alias("protocol", "n"))
-            .groupBy("protocol")
-            .agg(F.sum(F.col("n") * F.col("count")).cast("long").alias("deliveries"))
-        ),
+        _rollup(_traffic(grains["recipients"]), ["protocol"], ["deliveries"]),
         [("deliveries", "descending"), ("protocol", "ascending")],
     )
 
-    # pass 4: the top topics' per-minute series (the top ones are known only now)
-    top = topics.column("topic").to_pylist()[:TOP_TOPICS_SERIES]
-    top_traffic = traffic.where((F.col("kind") == "mcast") & F.col("topic").isin(*top))
-    tables["topics_by_minute"] = _sorted(
-        _collect(top_traffic.groupBy(minute, "topic").agg(*_volume())),
-        [("minute", "ascending"), ("topic", "ascending")],
-    )
-
-    failures = _collect(
-        sessions.where(F.col("event") == "auth_failure")
-        .groupBy("identity", "host")
-        .agg(F.count(F.lit(1)).alias("failures"), F.max("ts").alias("last"))
-    )
+    failures = grains["failures"]
     tables["auth_failures_by_identity"] = _sorted(
         _rollup(
             failures, ["identity"], ["failures"], [("host", "count_distinct"), ("last", "max")]
@@ -253,7 +238,8 @@ def aggregate(messages: DataFrame, sessions: DataFrame) -> dict[str, pa.Table]:
         [("failures", "descending"), ("host", "ascending")],
     )
     tables["sessions"] = _sorted(
-        _collect(_session_table(sessions)), [("opened", "ascending"), ("session_id", "ascending")]
+        _session_table(grains["sessions"]),
+        [("opened", "ascending"), ("session_id", "ascending")],
     )
     return tables
 
@@ -287,80 +273,44 @@ def _rollup(
     return pa.table(columns)
 
 
-def _session_table(sessions: DataFrame) -> DataFrame:
+def top_topics_by_minute(jobs: _Jobs, messages: Sequence[Path], topics: pa.Table) -> pa.Table:
+    """The per-minute series of the :data:`TOP_TOPICS_SERIES` first ``topics``: a second
+    job, over the messages only, reading five columns."""
+    top = topics.column("topic").to_pylist()[:TOP_TOPICS_SERIES]
+    if not top:
+        return partials.empty("topic_minute")
+    series = jobs.run([(MESSAGES, p) for p in messages], topics=top)["topic_minute"]
+    return _sorted(series, [("minute", "ascending"), ("topic", "ascending")])
+
+
+def _traffic(table: pa.Table) -> pa.Table:
+    return table.filter(pc.is_in(table.column("kind"), pa.array(TRAFFIC_KINDS)))
+
+
+def _session_table(sessions: pa.Table) -> pa.Table:
     """One row per ``session_id``: open → close, duration, and ``state``: ``closed``,
     ``open`` (no close yet: still connected, or the broker died), or ``partial`` (its open
     is before the journal or the ``--since`` window)."""
-    from pyspark.sql import functions as F
-
-    def at(event: str) -> Column:
-        return F.when(F.col("event") == event, F.col("ts"))
-
-    per_session = (
-        sessions.where(F.col("session_id").isNotNull())
-        .groupBy("session_id")
-        .agg(
-            F.min(at("open")).alias("opened"),
-            F.max(at("close")).alias("closed"),
-            F.first("protocol", ignorenulls=True).alias("protocol"),
-            F.max(F.when(F.col("event").isin("login", "close"), F.col("identity"))).alias(
-                "identity"
-            ),
-            F.first("host", ignorenulls=True).alias("host"),
-            F.max(F.when(F.col("event") == "close", F.col("reason"))).alias("reason"),
-        )
+    opened, closed = sessions.column("opened"), sessions.column("closed")
+    micros = pc.subtract(closed.cast(pa.int64()), opened.cast(pa.int64()))
+    state = pc.if_else(
+        pc.is_null(closed),
+        "open",
+        pc.if_else(pc.is_null(opened), "partial", "closed"),
     )
-    return per_session.select(
-        "session_id",
-        "protocol",
-        "identity",
-        "host",
-        "opened",
-        "closed",
-        ((F.unix_micros("closed") - F.unix_micros("opened")).cast("double") / F.lit(1e6)).alias(
-            "duration_s"
-        ),
-        F.when(F.col("closed").isNull(), F.lit("open"))
-        .when(F.col("opened").isNull(), F.lit("partial"))
-        .otherwise(F.lit("closed"))
-        .alias("state"),
-        "reason",
+    return pa.table(
+        {
+            "session_id": sessions.column("session_id"),
+            "protocol": sessions.column("protocol"),
+            "identity": sessions.column("identity"),
+            "host": sessions.column("host"),
+            "opened": opened,
+            "closed": closed,
+            "duration_s": pc.divide(micros.cast(pa.float64()), 1e6),
+            "state": state.cast(pa.string()),
+            "reason": sessions.column("reason"),
+        }
     )
-
-
-def _volume() -> list[Column]:
-    from pyspark.sql import functions as F
-
-    return [
-        F.sum("count").cast("long").alias("messages"),
-        F.sum("payload_size").cast("long").alias("bytes"),
-    ]
-
-
-def _outcomes() -> list[Column]:
-    from pyspark.sql import functions as F
-
-    per_row = F.col("count").cast("long")
-    return [
-        F.sum(F.col("delivered") * per_row).alias("delivered"),
-        F.sum(F.col("skipped") * per_row).alias("skipped"),
-        F.sum("dropped").cast("long").alias("dropped"),
-    ]
-
-
-def _collect(frame: DataFrame) -> pa.Table:
-    table: pa.Table = frame.toArrow()
-    return _utc(table)
-
-
-def _utc(table: pa.Table) -> pa.Table:
-    """Timestamps as the journal stores them (``timestamp[us, tz=UTC]``), whatever zone
-    label Spark's Arrow conversion gave them."""
-    fields = [
-        f.with_type(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f
-        for f in table.schema
-    ]
-    return table.cast(pa.schema(fields))
 
 
 def _sorted(table: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:

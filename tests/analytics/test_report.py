@@ -10,7 +10,15 @@ import pytest
 
 from msgbroker.analytics.charts import CHARTS
 from msgbroker.analytics.report import TABLES, run_report
-from tests.analytics.journal_data import DAY1, DAY2, at
+from tests.analytics.journal_data import (
+    DAY1,
+    DAY2,
+    MESSAGE_SEGMENTS,
+    MESSAGES_COLUMNS,
+    at,
+    write_sample_journal,
+    write_segment,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -252,3 +260,26 @@ def test_an_empty_journal_gives_an_empty_report(spark, tmp_path):
     assert [p.name for p in report.charts] == list(CHARTS)
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in report.charts)
     assert "no messages" in report.index.read_text()
+
+
+def test_a_segment_whose_data_pages_are_damaged_is_reported_and_skipped(spark, tmp_path):
+    """Its footer is intact (the driver's check passes it); the task that reads it finds
+    the damage, reports it, and the report counts every other segment."""
+    journal = write_sample_journal(tmp_path / "journal")
+    rows_ = MESSAGE_SEGMENTS[("2026-11-22", 3)] * 50
+    damaged = write_segment(
+        journal.root / "messages" / "date=2026-11-22" / "seg-00000006.parquet",
+        rows_,
+        MESSAGES_COLUMNS,
+    )
+    data = bytearray(damaged.read_bytes())
+    data[4:68] = b"\xff" * 64  # the first page header
+    damaged.write_bytes(bytes(data))
+    skipped = []
+    report = run_report(spark, journal.root, tmp_path / "out", on_skip=skipped.append)
+    assert {s.path for s in skipped} == journal.bad | {damaged}
+    [reason] = [s.reason for s in skipped if s.path == damaged]
+    assert reason.startswith("damaged data (")
+    assert str(damaged) in report.index.read_text()
+    [summary] = report.tables["summary"].to_pylist()
+    assert (summary["messages"], summary["skipped_files"]) == (11, len(journal.bad) + 1)
