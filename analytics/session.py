@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
@@ -95,22 +96,50 @@ def session_config(master: str) -> dict[str, str]:
     return config
 
 
+def _class_archive_option(config: dict[str, str]) -> str | None:
+    """``-XX:SharedArchiveFile=...`` for the driver, or None: switched off, none prepared, the
+    driver not on this machine (cluster deploy mode), or the settings choose their own."""
+    from . import classcache
+
+    if not classcache.enabled() or config.get("spark.submit.deployMode") == "cluster":
+        return None
+    own = config.get("spark.driver.extraJavaOptions", "")
+    if "SharedArchiveFile" in own or "-Xshare" in own:
+        return None
+    archive = classcache.archive_for_current_setup()
+    # the JVM checks the archive against its classpath and jars again and, when it does not
+    # fit, runs without it and prints nothing (Java 17's -Xshare:auto)
+    return None if archive is None else classcache.java_option(archive)
+
+
 def start_session(master: str = DEFAULT_MASTER, quiet: bool = True, **extra: Any) -> SparkSession:
-    """A SparkSession for ``master`` (``local[*]``, ``spark://HOST:7077``, ``yarn`` ...).
+    """A SparkSession for ``master`` (``local[*]``, ``spark://HOST:7077``, ``yarn`` ...): the
+    context of :func:`start_context` (its arguments and checks) with Spark SQL's session."""
+    start_context(master, quiet, **extra)
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.getOrCreate()
+
+
+def start_context(master: str = DEFAULT_MASTER, quiet: bool = True, **extra: Any) -> SparkContext:
+    """A SparkContext for ``master``, without Spark SQL: what the report needs (its tasks
+    are plain RDD tasks), and two seconds quicker to start than a session. An active
+    context is returned as it is.
 
     Checks for Java first (:class:`JavaMissing`). ``quiet`` keeps Spark's start-up chatter off
     stderr (unless ``SPARK_CONF_DIR`` is set: then its logging configuration wins).
-    ``extra`` settings override :func:`session_config`.
+    ``extra`` settings override :func:`session_config`. The driver maps the class-data archive
+    (:mod:`.classcache`) when one was prepared for this Java and PySpark, unless
+    ``MSGBROKER_SPARK_CDS=off``.
     """
     check_java()
-    from pyspark.sql import SparkSession
+    from pyspark import SparkConf, SparkContext
 
     if is_local(master):
-        # local Python workers (the streaming sink, any UDF) must import msgbroker: run them
-        # on this interpreter, not whatever `python3` is first on PATH (read at start only)
+        # local Python workers (the report's tasks, the streaming sink) run this
+        # interpreter, not whatever `python3` is first on PATH (read at start only)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    builder = SparkSession.builder
     config = session_config(master)
     config.update({k: str(v) for k, v in extra.items()})
     log_config: Path | None = None
@@ -122,11 +151,12 @@ def start_session(master: str = DEFAULT_MASTER, quiet: bool = True, **extra: Any
             f.write(_LOG4J2)
         log_config = Path(name)
         java_options.append(f"-Dlog4j2.configurationFile=file:{log_config}")
+    archive_option = _class_archive_option(config)
+    if archive_option:
+        java_options.append(archive_option)
     config["spark.driver.extraJavaOptions"] = " ".join(o for o in java_options if o)
-    for key, value in config.items():
-        builder = builder.config(key, value)
     try:
-        return builder.getOrCreate()
+        return SparkContext.getOrCreate(SparkConf().setAll(list(config.items())))
     finally:
         if log_config is not None:
             log_config.unlink(missing_ok=True)

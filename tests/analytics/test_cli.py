@@ -4,10 +4,14 @@ errors a person can make before Spark starts (no Java, a bad time window)."""
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from msgbroker.analytics.charts import CHARTS
 from msgbroker.analytics.report import parse_time
 from msgbroker.analytics.session import JAVA_MISSING
 from msgbroker.cli import main
@@ -35,6 +39,25 @@ def test_report_end_to_end(spark, sample_journal, tmp_path, capsys):
     [summary] = pq.read_table(out / "tables" / "summary").to_pylist()
     assert summary["since"] == dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
     assert not spark.sparkContext._jsc.sc().isStopped()
+
+
+@pytest.mark.spark
+def test_report_as_its_own_process(sample_journal, tmp_path):
+    """The command as a person runs it: a process that starts its own Spark (a bare
+    SparkContext, the report needs no SQL session), reports, and stops it."""
+    out = tmp_path / "report"
+    msgbroker = Path(sys.executable).with_name("msgbroker")
+    command = [str(msgbroker), "analytics", "report", str(sample_journal.root), "--out", str(out),
+               "--master", "local[2]"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"report: {out / 'index.html'} (11 messages, 5 sessions; tables in {out / 'tables'})\n"
+    )
+    for path in sample_journal.bad:
+        assert f"msgbroker analytics: skipped {path}: " in done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in (out / "charts").iterdir()) == sorted(CHARTS)
 
 
 def test_missing_java_is_one_line_saying_what_to_install(tmp_path, monkeypatch, capsys):
