@@ -7,6 +7,7 @@ always has the same sections.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,8 @@ CHARTS = (
 )
 TOP_BARS = 15
 
+_warming = threading.Lock()
+
 
 def render_all(tables: dict[str, pa.Table], out_dir: Path) -> list[Path]:
     """Draw every chart into ``out_dir``; returns their paths, in :data:`CHARTS` order.
@@ -34,6 +37,8 @@ def render_all(tables: dict[str, pa.Table], out_dir: Path) -> list[Path]:
     """
     from matplotlib.figure import Figure
 
+    with _warming:  # a preload still running finishes first
+        pass
     out_dir.mkdir(parents=True, exist_ok=True)
     drawers: dict[str, Callable[..., None]] = {
         "messages_per_minute.png": _messages_per_minute,
@@ -56,10 +61,16 @@ def render_all(tables: dict[str, pa.Table], out_dir: Path) -> list[Path]:
 
 
 def preload() -> None:
-    """Import what drawing needs (a second or so), e.g. while the JVM starts."""
-    import matplotlib.dates
-    import matplotlib.figure  # noqa: F401
-    from matplotlib.backends import backend_agg  # noqa: F401
+    """Import what drawing needs and load its font (a second or so), e.g. on a thread while
+    the JVM starts; :func:`render_all` waits for it to finish."""
+    with _warming:
+        import matplotlib.dates  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        figure = Figure(figsize=(1, 1))
+        figure.subplots().set_title("font")
+        FigureCanvasAgg(figure).draw()
 
 
 def _empty(ax: Any, what: str) -> None:

@@ -3,9 +3,10 @@
 One unreadable file must not fail a whole job, and a skipped file must be named (Spark's
 ``ignoreCorruptFiles`` skips without saying which). So the jobs list the segments
 themselves, read each one's Parquet footer with pyarrow (a few kilobytes, no data pages),
-and read only the files whose schema has the journal's columns with the journal's types. Everything else is *reported*
-(one :class:`SkippedFile` each) and left out, never fatal: a truncated segment from a disk
-that filled up, a stray CSV, a Parquet file of some other program.
+and read only the files whose schema has the journal's columns with the journal's types.
+Everything else is *reported* (one :class:`SkippedFile` each) and left out, never fatal: a
+truncated segment from a disk that filled up, a stray CSV, a Parquet file of some other
+program.
 
 The layout is the journal plugin's (docs/journal.md)::
 

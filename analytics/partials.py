@@ -186,8 +186,8 @@ def task(
 def merge(grain: str, tables: Sequence[pa.Table]) -> pa.Table:
     """Partials of ``grain`` (from steps or tasks) as one: grouped by its keys again."""
     if len(tables) == 1:
-        return tables[0]
-    return _group(pa.concat_tables(tables), grain)
+        return _plain(tables[0])
+    return _group(pa.concat_tables(tables).unify_dictionaries(), grain)
 
 
 def empty(grain: str) -> pa.Table:
@@ -206,21 +206,40 @@ def from_ipc(payload: bytes) -> pa.Table:
 
 
 def _to_ipc(table: pa.Table) -> bytes:
+    """``table`` as an Arrow stream, strings dictionary-encoded and LZ4-compressed: the
+    largest partial shrinks 20 MB → 4 MB for 0.04 s, and it crosses the JVM on its way to
+    the driver."""
+    encoded = pa.table(
+        [pc.dictionary_encode(c) if pa.types.is_string(c.type) else c for c in table.columns],
+        names=table.column_names,
+    )
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    with pa.ipc.new_stream(sink, encoded.schema, options=options) as writer:
+        writer.write_table(encoded)
     return bytes(sink.getvalue())
 
 
 def _read(path: str, table: str, topic_minute: bool) -> pa.Table:
     """A segment's columns this task needs, as :data:`MESSAGE_COLUMNS` /
-    :data:`SESSION_COLUMNS` types; the messages' strings stay dictionary-encoded as Parquet
-    stores them (reading and grouping integer codes is three times faster)."""
+    :data:`SESSION_COLUMNS` types, but for the messages' strings, which stay
+    dictionary-encoded as Parquet stores them (reading and grouping integer codes is three
+    times faster), the ``recipients`` map's keys with them (its values are cast later)."""
     wanted = SESSION_COLUMNS if table == SESSIONS else MESSAGE_COLUMNS
     if table == MESSAGES and topic_minute:
         wanted = {c: MESSAGE_COLUMNS[c] for c in TOPIC_MINUTE_COLUMNS}
+    layout = pq.read_metadata(path).schema
+    present = set(layout.to_arrow_schema().names)
     encoded = [c for c in DICTIONARY_COLUMNS if c in wanted] if table == MESSAGES else []
-    present = set(pq.read_schema(path).names)
+    uncast = set(encoded)
+    if "recipients" in wanted:
+        uncast.add("recipients")
+        # the key's column path names the map's entry group, which writers name differently
+        encoded += [
+            path
+            for path in (layout.column(i).path for i in range(len(layout)))
+            if path.startswith("recipients.") and path.endswith(".key")
+        ]
     data = pq.read_table(path, columns=[c for c in wanted if c in present], read_dictionary=encoded)
     columns = []
     for name, kind in wanted.items():
@@ -228,7 +247,7 @@ def _read(path: str, table: str, topic_minute: bool) -> pa.Table:
             columns.append(pa.nulls(data.num_rows, kind))
             continue
         column = data.column(name)
-        if not (column.type.equals(kind) or name in encoded):
+        if not (column.type.equals(kind) or name in uncast):
             column = column.cast(kind)
         columns.append(column)
     return pa.table(columns, names=list(wanted))
@@ -286,22 +305,31 @@ def _messages(data: pa.Table) -> dict[str, pa.Table]:
         "fanout": data.column("delivered"),
         **per_message,
     }
-    # deliveries by the recipients' protocols: each map entry, weighed by its row's count
-    recipients = data.column("recipients").combine_chunks()
-    # .keys and .items are the whole child arrays; a slice's offsets point into them
-    offsets = recipients.offsets.to_numpy()
-    start, used = int(offsets[0]), int(offsets[-1] - offsets[0])
-    owners = np.repeat(np.arange(len(recipients)), np.diff(offsets))
-    by_recipient = {
-        "kind": pc.take(kind, owners),
-        "protocol": recipients.keys.slice(start, used),
-        "deliveries": pc.multiply(recipients.items.slice(start, used), pc.take(count, owners)),
-    }
+    # deliveries by the recipients' protocols: each map entry, weighed by its row's count;
+    # chunk by chunk, as each file's keys have their own dictionary
+    by_recipient: list[pa.Table] = []
+    row = 0
+    for recipients in data.column("recipients").chunks:
+        # .keys and .items are the whole child arrays; a slice's offsets point into them
+        offsets = recipients.offsets.to_numpy()
+        start, used = int(offsets[0]), int(offsets[-1] - offsets[0])
+        owners = row + np.repeat(np.arange(len(recipients)), np.diff(offsets))
+        row += len(recipients)
+        deliveries = recipients.items.slice(start, used).cast(pa.int64())
+        by_recipient.append(
+            pa.table(
+                {
+                    "kind": pc.take(kind, owners),
+                    "protocol": recipients.keys.slice(start, used),
+                    "deliveries": pc.multiply(deliveries, pc.take(count, owners)),
+                }
+            )
+        )
     return {
         "by_sender": _group(pa.table(by_sender), "by_sender"),
         "span": _group(pa.table({"kind": kind, "first": ts, "last": ts}), "span"),
         "by_topic": _group(pa.table(by_topic), "by_topic"),
-        "recipients": _group(pa.table(by_recipient), "recipients"),
+        "recipients": _group(_concat(by_recipient), "recipients"),
     }
 
 
@@ -372,12 +400,28 @@ def _group(frame: pa.Table, grain: str) -> pa.Table:
     keys, values = GRAINS[grain]
     grouped = frame.group_by(list(keys), use_threads=False).aggregate(list(values.items()))
     names = {f"{value}_{how}": value for value, how in values.items()}
-    grouped = grouped.rename_columns(names).select([*keys, *values])
-    for index, field in enumerate(grouped.schema):
+    return _plain(grouped.rename_columns(names).select([*keys, *values]))
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """The per-chunk recipient tables as one (no chunks: no rows, the same columns)."""
+    if not tables:
+        return pa.table(
+            {
+                "kind": pa.array([], pa.string()),
+                "protocol": pa.array([], pa.string()),
+                "deliveries": pa.array([], pa.int64()),
+            }
+        )
+    return pa.concat_tables(tables).unify_dictionaries()
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    for index, field in enumerate(table.schema):
         if pa.types.is_dictionary(field.type):
-            plain = grouped.column(index).cast(field.type.value_type)
-            grouped = grouped.set_column(index, field.name, plain)
-    return grouped
+            plain = table.column(index).cast(field.type.value_type)
+            table = table.set_column(index, field.name, plain)
+    return table
 
 
 def _minute(ts: pa.ChunkedArray) -> pa.ChunkedArray:

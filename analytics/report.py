@@ -48,6 +48,7 @@ from .journal_files import MESSAGES, SESSIONS, SkippedFile, list_table
 __all__ = ["TABLES", "Report", "SkippedFile", "parse_time", "run_report"]
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 TRAFFIC_KINDS = ("mcast", "ucast", "bcast")
@@ -94,7 +95,7 @@ def parse_time(text: str) -> dt.datetime:
 
 
 def run_report(
-    spark: SparkSession,
+    spark: SparkSession | SparkContext,
     journal_dir: Path,
     out_dir: Path,
     since: dt.datetime | None = None,
@@ -102,6 +103,9 @@ def run_report(
     on_skip: Callable[[SkippedFile], None] | None = None,
 ) -> Report:
     """Compute the report of ``journal_dir`` rows in ``[since, until)`` into ``out_dir``.
+
+    ``spark`` is a SparkSession or just a SparkContext (all the report uses: the command
+    starts only that, two seconds quicker than a session).
 
     Files that are not journal segments, or whose data turn out damaged, are passed to
     ``on_skip`` (as found), listed in the report, and otherwise ignored.
@@ -112,7 +116,10 @@ def run_report(
     if on_skip is not None:
         for item in skipped:
             on_skip(item)
-    jobs = _Jobs(spark, since, until, on_skip, skipped)
+    from pyspark.sql import SparkSession
+
+    context = spark.sparkContext if isinstance(spark, SparkSession) else spark
+    jobs = _Jobs(context, since, until, on_skip, skipped)
     messages, sessions = listed[MESSAGES].segments, listed[SESSIONS].segments
     tables = aggregate(jobs, messages, sessions)
     # the charts need nothing from the second job: draw them meanwhile (the driver only
@@ -137,7 +144,7 @@ def run_report(
 class _Jobs:
     """Runs :mod:`.partials` tasks on Spark and merges what they return."""
 
-    spark: SparkSession
+    context: SparkContext
     since: dt.datetime | None
     until: dt.datetime | None
     on_skip: Callable[[SkippedFile], None] | None
@@ -148,7 +155,7 @@ class _Jobs:
     ) -> dict[str, pa.Table]:
         """The merged partials of ``items`` (table, path); every grain present, maybe empty."""
         partials.ship_by_value()
-        context = self.spark.sparkContext
+        context = self.context
         # a segment found damaged by an earlier job is not read (nor reported) again
         known = {s.path for s in self.skipped}
         sized = [(t, str(p), p.stat().st_size) for t, p in items if p not in known]
