@@ -80,10 +80,11 @@ def session_config(master: str) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
-        # results come back to the driver as Arrow tables (DataFrame.toArrow)
+        # DataFrame results come back to Python as Arrow (the streaming query's batches)
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        # the footer check (journal_files) catches truncated and foreign files; this covers a
-        # segment whose footer is intact but whose data pages are not
+        # the footer check (journal_files) catches truncated and foreign files; for Spark's
+        # own reader (the streaming query) this covers a segment whose footer is intact but
+        # whose data pages are not (the report's tasks find and name those themselves)
         "spark.sql.files.ignoreCorruptFiles": "true",
     }
     if is_local(master):
