@@ -31,10 +31,9 @@ import attrs
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-MESSAGES = "messages"
-SESSIONS = "sessions"
-
-TIMESTAMP = pa.timestamp("us", tz="UTC")
+# the table names, the timestamp type and the error line are the tasks' (partials imports
+# nothing of msgbroker, so the sharing goes this way)
+from .partials import MESSAGES, SESSIONS, TIMESTAMP, one_line
 
 #: the columns a job reads, with their types (``messages/2``: a row stands for ``count``
 #: messages, ``payload_size`` is all of theirs). A file may have more columns, never fewer
@@ -133,7 +132,7 @@ def schema_problem(path: Path, expected: pa.Schema) -> str | None:
     try:
         schema = pq.read_schema(path)
     except (OSError, pa.ArrowException) as e:
-        return f"not a readable Parquet file ({_one_line(e)})"
+        return f"not a readable Parquet file ({one_line(e)})"
     missing = [f.name for f in expected if f.name not in schema.names and f.name not in OPTIONAL]
     if missing:
         return f"not a journal segment (no column {', '.join(missing)})"
@@ -195,8 +194,3 @@ def _day_in_range(day: dt.date, since: dt.datetime | None, until: dt.datetime | 
     start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
     end = start + dt.timedelta(days=1)
     return (since is None or end > since) and (until is None or start < until)
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= 160 else text[:157] + "..."

@@ -168,7 +168,7 @@ def task(
         try:
             data = _read(path, table, topics is not None)
         except (OSError, pa.ArrowException) as e:
-            yield ("skipped", (path, f"damaged data ({_one_line(e)})"))
+            yield ("skipped", (path, f"damaged data ({one_line(e)})"))
             continue
         data = _window(data, since, until)
         gathered[table].append(data)
@@ -432,7 +432,7 @@ def _minute(ts: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.multiply(pc.divide(micros, MICROS_PER_MINUTE), MICROS_PER_MINUTE).cast(TIMESTAMP)
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
     """The error as one printable line (a decoder's message may quote the bad bytes)."""
     text = " ".join("".join(c if c.isprintable() else "?" for c in str(error)).split())
     return text if len(text) <= 160 else text[:157] + "..."

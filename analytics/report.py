@@ -43,7 +43,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import charts, html, partials
-from .journal_files import MESSAGES, SESSIONS, SkippedFile, list_table
+from .journal_files import SkippedFile, list_table
+from .partials import MESSAGES, SESSIONS
 
 __all__ = ["TABLES", "Report", "SkippedFile", "parse_time", "run_report"]
 
