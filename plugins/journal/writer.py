@@ -27,7 +27,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from itertools import accumulate
 from operator import itemgetter, methodcaller
 from pathlib import Path
@@ -50,8 +49,9 @@ _values = methodcaller("values")
 @frozen(slots=True)
 class RunRecord:
     """``count`` messages routed at once (``msgbroker_run_routed``), kept as one record until
-    the writer thread expands it. ``payloads()`` gives their payloads; ``dropped`` counts the
-    whole run's slow-consumer drops."""
+    the writer thread writes it. ``payloads()`` gives their payloads, only when the journal
+    keeps payloads (``None`` otherwise); ``dropped`` counts the whole run's slow-consumer
+    drops."""
 
     ts: int
     protocol: str
@@ -59,11 +59,11 @@ class RunRecord:
     kind: str
     topic: str
     count: int
-    payloads: Callable[[], Sequence[bytes]]
+    payloads: Callable[[], Sequence[bytes]] | None
     recipients: Mapping[str, int]
     dropped: int
-    #: the payloads' total size, without building them where the sender knows it
-    payload_bytes: Callable[[], int]
+    #: the payloads' total size
+    size: int
 
 
 class JournalWriter:
@@ -167,25 +167,37 @@ class JournalWriter:
         payload_bytes: Callable[[], int] | None = None,
     ) -> None:
         """``count`` messages routed at once to the same ``recipients`` (each): one row with
-        that ``count``, whose size the writer thread asks ``payload_bytes()`` (default: the
-        sum over ``payloads()``; both pure functions of immutable data). With payloads kept
-        the run is expanded to a row per message instead. A run that does not fit under
-        ``max_records`` is dropped whole."""
-        if payload_bytes is None:
-            payload_bytes = partial(_total, payloads)
-        size = RECORD_OVERHEAD * count
-        if self.keep_payloads:  # they are held until written: count them
-            size += sum(map(len, payloads()))
+        that ``count`` and their total size, ``payload_bytes()`` (default: the sum over
+        ``payloads()``), asked now. With payloads kept the run is expanded to a row per
+        message instead. A run counts against ``max_records`` as the rows it will be (one,
+        or ``count`` with payloads); one that does not fit is dropped whole, its ``count``
+        messages counted in :attr:`dropped`.
+
+        Without payloads the record keeps only the numbers: holding ``payloads`` until the
+        rotation would keep the run's request bytes and encoded frames alive with it, which
+        under load is hundreds of megabytes a second, and a broker slowed by its allocator.
+        Asking the size now costs nothing where the sender knows it (SSMP: the request
+        block's length) and a C-level sum over payloads already built otherwise."""
+        # what it holds in memory until written: a row per message with payloads (they are
+        # kept), else one row whatever the count
+        if self.keep_payloads:
+            kept: Callable[[], Sequence[bytes]] | None = payloads
+            total = sum(map(len, payloads()))
+            rows, size = count, RECORD_OVERHEAD * count + total
+        else:
+            kept = None
+            total = payload_bytes() if payload_bytes is not None else sum(map(len, payloads()))
+            rows, size = 1, RECORD_OVERHEAD
         record = RunRecord(
-            ts, protocol, sender, kind, topic, count, payloads, recipients, dropped, payload_bytes
+            ts, protocol, sender, kind, topic, count, kept, recipients, dropped, total
         )
         with self._lock:
-            if self._pending + count > self._limit:
+            if self._pending + rows > self._limit:
                 self.dropped += count
                 self._unreported += count
                 return
             self._messages.append(record)
-            self._pending += count
+            self._pending += rows
             self._size += size
             if self._size >= self.rotate_bytes and not self._signalled:
                 self._signalled = True
@@ -370,14 +382,10 @@ class JournalWriter:
         return pa.Table.from_batches([_rows_batch(rows)])
 
 
-def _total(payloads: Callable[[], Sequence[bytes]]) -> int:
-    return sum(map(len, payloads()))
-
-
 def _run_row(run: RunRecord) -> tuple[Any, ...]:
     """A run as one row: ``count`` messages, their total size, the same recipients each."""
     return (
-        run.ts, run.protocol, run.sender, run.kind, run.topic, run.payload_bytes(),
+        run.ts, run.protocol, run.sender, run.kind, run.topic, run.size,
         run.recipients, 0, run.dropped, None, run.count,
     )  # fmt: skip
 
@@ -430,6 +438,7 @@ def _with_runs(records: list[Any]) -> pa.Table:
             drops.append(record[8])
             payloads.append(record[9])
             continue
+        assert record.payloads is not None  # a journal that keeps payloads keeps them
         run = record.payloads()
         n = len(run)
         heads.append(

@@ -5,6 +5,7 @@ bounded memory, payloads and runs. Rotations are driven by a fake clock and ``ti
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -246,14 +247,50 @@ def test_past_max_records_new_records_are_dropped_and_counted(tmp_path):
         "journal: dropped 3 records: 3 were pending (the disk does not keep up); 3 dropped in all"
     ]
     assert [r["payload_size"] for r in rows(tmp_path)] == [1, 2, 3]  # the first ones stay
-    # room again after the rotation; a run that does not fit is dropped whole
-    w.run(T0, "ssmp", "alice", "mcast", "t", 2, lambda: [b"a", b"b"], {"ssmp": 1}, 0)
+    # room again after the rotation. Without payloads a run is one row whatever its count
+    for _ in range(3):
+        w.run(T0, "ssmp", "alice", "mcast", "t", 1000, lambda: [b"a"] * 1000, {"ssmp": 1}, 0)
+    assert (w.pending, w.dropped) == (3, 3)
     w.run(T0, "ssmp", "alice", "mcast", "t", 2, lambda: [b"c", b"d"], {"ssmp": 1}, 0)
-    assert (w.pending, w.dropped) == (2, 5)
+    assert (w.pending, w.dropped) == (3, 5)  # dropped whole: its messages are counted
     w.flush()
     assert "dropped 2 records" in warnings[1]
     w.flush()
     assert len(warnings) == 2  # logged once per rotation, only when something was dropped
+
+
+def test_with_payloads_a_run_counts_as_its_rows_against_max_records(tmp_path):
+    w = journal(tmp_path, max_records=3, keep_payloads=True)
+    w.run(T0, "ssmp", "alice", "mcast", "t", 2, lambda: [b"a", b"b"], {"ssmp": 1}, 0)
+    w.run(T0, "ssmp", "alice", "mcast", "t", 2, lambda: [b"c", b"d"], {"ssmp": 1}, 0)
+    assert (w.pending, w.dropped) == (2, 2)  # the second does not fit: dropped whole
+    w.flush()
+    assert [r["payload"] for r in rows(tmp_path)] == [b"a", b"b"]
+
+
+def test_a_run_without_payloads_keeps_nothing_of_the_run_alive(tmp_path):
+    """Only numbers and strings wait for the rotation: holding the payloads would keep a
+    run's request bytes alive with them (hundreds of MB a second under load)."""
+    import gc
+    import weakref
+
+    class Payloads(list):  # a list type that can be weakly referenced
+        pass
+
+    def building(payloads: list[bytes]) -> Callable[[], list[bytes]]:
+        return lambda: payloads
+
+    w = journal(tmp_path)
+    payloads = Payloads([b"x" * 100] * 10)
+    alive = weakref.ref(payloads)
+    build = building(payloads)
+    del payloads
+    w.run(T0, "ssmp", "a", "mcast", "t", 10, build, {"ssmp": 1}, 0)
+    del build
+    gc.collect()
+    assert alive() is None
+    w.flush()
+    assert [(r["count"], r["payload_size"]) for r in rows(tmp_path)] == [(10, 1000)]
 
 
 @pytest.mark.parametrize("keep", [False, True])
