@@ -115,6 +115,11 @@ class JournalWriter:
         self._limit = max_records  # 0 once closed
         self._closing = False
         self._next_seq = {name: self._scan(name) for name in schema.TABLES}
+        # pyarrow initializes lazily on the first conversion (with pandas installed it
+        # imports pandas: half a second holding the GIL). Here, at start, rather than in the
+        # thread's first rotation, where it stalled the reactor in the middle of traffic
+        _rows_batch([])
+        _sessions_table([])
         self._last_rotation = clock()
         self._thread: threading.Thread | None = None
         if start:

@@ -464,3 +464,26 @@ def test_close_writes_what_is_pending_stops_the_thread_and_refuses_more(tmp_path
     mcast(w)
     assert (w.pending, w.dropped) == (0, 1)
     w.close()  # idempotent
+
+
+def test_the_first_rotation_imports_nothing(tmp_path):
+    """pyarrow initializes lazily on its first conversion (with pandas installed, it imports
+    pandas: half a second holding the GIL). The writer does that when it is made, at broker
+    start: a rotation in the middle of traffic must not stall the reactor with imports. In a
+    fresh interpreter, so nothing else imported it first."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, pathlib\n"
+        "from msgbroker.plugins.journal.writer import JournalWriter\n"
+        f"w = JournalWriter(pathlib.Path({str(tmp_path)!r}), start=False)\n"
+        "before = set(sys.modules)\n"
+        "w.run(1, 'ssmp', 'a', 'mcast', 't', 2, lambda: [b'x', b'y'], {'ssmp': 1}, 0)\n"
+        "w.session(1, 'open', 'ssmp', 1, None, '', None, None)\n"
+        "assert len(w.flush()) == 2\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
