@@ -270,7 +270,15 @@ def _reduce(
     topics: Sequence[str] | None,
     partials: dict[str, list[pa.Table]],
 ) -> None:
-    data = pa.concat_tables(gathered).unify_dictionaries()
+    try:
+        data = pa.concat_tables(gathered).unify_dictionaries()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        # segments whose types differ after reading (another writer's layout): one by one
+        if len(gathered) > 1:
+            for one in gathered:
+                _reduce(table, [one], topics, partials)
+            return
+        raise
     if table == MESSAGES:
         grains = _topic_minutes(data, topics) if topics is not None else _messages(data)
     else:

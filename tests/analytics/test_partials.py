@@ -216,3 +216,31 @@ def test_the_module_imports_only_the_standard_library_and_pyarrow():
         if line.startswith(("import ", "from ")) and not line.startswith("from __future__")
     }
     assert imports <= {"datetime", "collections", "typing", "numpy", "pyarrow", "sys"}, imports
+
+
+def test_segments_whose_types_differ_after_reading_are_reduced_one_by_one(sample_items):
+    """Another writer's layout may read with other types (here: the recipients' keys as
+    plain strings in one segment, dictionary-encoded in the other): the task reduces such
+    segments separately instead of failing on the concatenation."""
+    import pyarrow.parquet as pq
+
+    paths = [path for table, path in sample_items if table == "messages"][1:]
+    as_written = partials._read(paths[0], "messages", False)
+    plain = pq.read_table(paths[1], columns=list(partials.MESSAGE_COLUMNS))
+    plain = pa.table(
+        [
+            c if n == "recipients" else c.cast(partials.MESSAGE_COLUMNS[n])
+            for n, c in zip(plain.column_names, plain.columns, strict=True)
+        ],
+        names=plain.column_names,
+    )
+    assert not as_written.schema.field("recipients").type.equals(
+        plain.schema.field("recipients").type
+    )
+    found: dict[str, list[pa.Table]] = {}
+    partials._reduce("messages", [as_written, plain], None, found)
+    merged = partials.merge("recipients", found["recipients"])
+    expected, _ = run([("messages", p) for p in paths])
+    assert as_rows(merged, "kind", "protocol", "deliveries") == as_rows(
+        expected["recipients"], "kind", "protocol", "deliveries"
+    )
