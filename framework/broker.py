@@ -17,8 +17,9 @@ from twisted.logger import Logger
 
 from .auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
 from .config import BrokerConfig, Listener
-from .errors import ConfigError
-from .hub import Hub, Peer
+from .errors import ConfigError, LimitExceeded
+from .hub import Hub, HubLimits, Peer
+from .limits import ConnectionLimits, LoginThrottle, RateLimitedLog
 from .message import Encoder, Message, MessageRun, RouteResult
 from .pluginmanager import build_plugin_manager, has_implementations
 from .session import Batcher, OutputPolicy, Session
@@ -57,9 +58,21 @@ class Broker:
             from twisted.internet import reactor as global_reactor
 
             reactor = global_reactor
-        self.config = config or BrokerConfig()
+        self.config = config = config or BrokerConfig()
         self.reactor = reactor
-        self.hub = Hub()
+        self.hub = Hub(
+            HubLimits(
+                max_subscriptions=config.max_subscriptions,
+                max_topics=config.max_topics,
+                queue_backlog=config.mm2_queue_backlog,
+            )
+        )
+        self.connections = ConnectionLimits(
+            config.max_connections, config.max_connections_per_address
+        )
+        self.login_throttle = LoginThrottle(config.login_attempts)
+        #: one info line per limit (or per slow-consumer kind) per 10 s, with a count
+        self.rate_limited_log = RateLimitedLog(_log_info)
         #: deliveries are written once per recipient per batch; protocols flush it at the
         #: end of each received chunk
         self.batcher = Batcher(reactor)
@@ -145,6 +158,7 @@ class Broker:
 
                 self.hub.run_observer = observe_run
         self.hub.on_skip = self._log_skip
+        self.hub.on_limit = self._log_limit
 
     def listeners(self) -> tuple[Listener, ...]:
         """The configured listeners, or every protocol's default endpoint."""
@@ -157,6 +171,24 @@ class Broker:
         )
 
     # -- sessions ----------------------------------------------------------------------------
+
+    def admit(self, address: Any) -> bool:
+        """Whether a new connection from ``address`` (a Twisted address; unix peers have no
+        host) is within the connection limits. A protocol factory asks before it builds a
+        protocol and returns None when refused, so Twisted closes the socket at once,
+        before any login. Refusals are counted and logged (rate-limited)."""
+        host = getattr(address, "host", "") or ""
+        limit = self.connections.refusal(host)
+        if limit is None:
+            return True
+        self.limited(limit, f"refused a connection from {host or 'a local peer'}")
+        return False
+
+    def limited(self, limit: str, what: str) -> None:
+        """Count a request ``limit`` (a setting's name) refused, and say so at info level at
+        most once per 10 s per limit."""
+        self.hub.stats.refused += 1
+        self.rate_limited_log(limit, self.reactor.seconds(), f"{limit} reached: {what}")
 
     def open_session(
         self,
@@ -180,6 +212,7 @@ class Broker:
             batcher=self.batcher,
         )
         self.sessions[session] = None
+        self.connections.opened(host)
         if self._opened is not None:
             self._opened(session=session)
         return session
@@ -189,6 +222,7 @@ class Broker:
         if session not in self.sessions:
             return
         del self.sessions[session]
+        self.connections.closed(session.host)
         self.hub.close(session)
         self.batcher.flush()  # its UNSUBSCRIBE events go out now
         if session.close_reason is None:
@@ -214,6 +248,15 @@ class Broker:
     def login(self, session: Session, request: LoginRequest) -> AuthResult:
         """Authenticate and, when accepted, register the identity in the hub (kicking an
         older holder). Calls ``msgbroker_session_login`` either way."""
+        now = self.reactor.seconds()
+        throttle = self.login_throttle
+        if not throttle.allows(request.host, now):
+            # too many failures from this address: refused unheard, logged rate-limited
+            result: AuthResult = Deny("too many failed logins from this address")
+            self.limited("login-attempts", f"refused a login from {request.host or 'local'}")
+            if self._login is not None:
+                self._login(session=session, request=request, result=result)
+            return result
         try:
             result = self.authenticate(request)
         except Exception:
@@ -223,6 +266,7 @@ class Broker:
             self.hub.login(session, result.identity)
             self.batcher.flush()  # presence events of a kicked holder
         else:
+            throttle.failed(request.host, now)
             log.info(
                 "{protocol} login refused for {identity!r} from {host} ({scheme}): {reason}",
                 protocol=request.protocol,
@@ -258,8 +302,23 @@ class Broker:
             topic=message.topic,
         )
 
+    def _log_limit(self, peer: Peer, error: LimitExceeded) -> None:
+        host = getattr(peer, "host", "") or "local"
+        self.rate_limited_log(
+            error.limit,
+            self.reactor.seconds(),
+            f"{error}: refused a {peer.protocol} request from {peer.identity} ({host})",
+        )
+
     def started(self) -> None:
         self.pm.hook.msgbroker_broker_started(broker=self)
 
     def stopped(self) -> None:
         self.pm.hook.msgbroker_broker_stopped(broker=self)
+
+
+def _log_info(text: str, more: int) -> None:
+    if more:
+        log.info("{text} (and {more} more like it since the last line)", text=text, more=more)
+    else:
+        log.info("{text}", text=text)

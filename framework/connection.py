@@ -177,7 +177,9 @@ class BrokerFactory(Factory):
         self.broker = broker
         self.listener = listener
 
-    def buildProtocol(self, addr: Any) -> BrokerProtocol:
+    def buildProtocol(self, addr: Any) -> BrokerProtocol | None:
+        if not self.broker.admit(addr):
+            return None  # over a connection limit: Twisted closes the socket at once
         proto = self.protocol_class(self.broker, self.listener)
         proto.factory = self
         return proto

@@ -41,3 +41,14 @@ class NoSuchIdentity(RoutingError):
 
 class IdentityInUse(RoutingError):
     """The session is already logged in."""
+
+
+class LimitExceeded(NotAllowed):
+    """A configured limit refuses the request (subscriptions per connection, topics in the
+    broker, ...). ``limit`` is the setting's name (``max-subscriptions``). Protocols answer
+    it as any :class:`NotAllowed`: SSMP ``405``, STMP and Micromessage2 their "not
+    allowed" status or ERROR, sbus closes the client; other connections never notice."""
+
+    def __init__(self, limit: str, detail: str = "") -> None:
+        super().__init__(f"{limit} reached" + (f": {detail}" if detail else ""))
+        self.limit = limit

@@ -22,14 +22,28 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
+from .errors import (
+    AlreadySubscribed,
+    LimitExceeded,
+    NoSuchIdentity,
+    NotAllowed,
+    NotSubscribed,
+)
 from .filters import Filter, FilterIndex
 from .message import ANONYMOUS, Encoder, Kind, Message, MessageRun, RouteResult
 from .patterns import CRED_PREFIX, PatternIndex
 from .queues import QueueGroup
-from .topics import HubStats, Peer, Topic, one_by_one, presence_snapshot, with_filtered
+from .topics import (
+    HubLimits,
+    HubStats,
+    Peer,
+    Topic,
+    one_by_one,
+    presence_snapshot,
+    with_filtered,
+)
 
-__all__ = ["Hub", "HubStats", "Peer", "RouteObserver", "Topic"]
+__all__ = ["Hub", "HubLimits", "HubStats", "Peer", "RouteObserver", "Topic"]
 
 
 RouteObserver = Callable[[Message, RouteResult], None]
@@ -38,10 +52,15 @@ RouteObserver = Callable[[Message, RouteResult], None]
 class Hub:
     """Routing core. See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: HubLimits | None = None) -> None:
         self.identities: dict[str, Peer] = {}
         self.topics: dict[str, Topic] = {}
         self.stats = HubStats()
+        self.limits = limits or HubLimits()
+        #: called with (peer, error) when a limit refuses a request, for logging
+        self.on_limit: Callable[[Peer, LimitExceeded], None] | None = None
+        #: the most topics held since ``topics`` was last rebuilt (see _forget_topic)
+        self._topics_peak = 0
         #: called after each routed message when set; ``None`` keeps the hot path free
         self.observer: RouteObserver | None = None
         #: called once for a run routed as a whole (``msgbroker_run_routed``); ``None``
@@ -115,9 +134,14 @@ class Hub:
             # secret topics (sbus ``!/cred/<gid>/<uid>/<pid>/...``) go only to the sbus
             # patterns of subscribers with those credentials (DECISIONS.md)
             raise NotAllowed("secret topics are for sbus subscribers with those credentials")
+        self._check_subscriptions(peer)
         topic = self.topics.get(topic_name)
         if topic is None:
+            max_topics = self.limits.max_topics
+            if max_topics and len(self.topics) >= max_topics:
+                self._refuse(peer, LimitExceeded("max-topics", f"{len(self.topics)} topics"))
             topic = self.topics[topic_name] = Topic(topic_name)
+            self._topics_peak = max(self._topics_peak, len(self.topics))
         snapshot = presence_snapshot(topic, None) if presence else []
         topic.members[peer] = presence
         filters = tuple(filters)
@@ -127,7 +151,11 @@ class Hub:
             queue_group = topic.queues.get(queue)
             if queue_group is None:
                 queue_group = QueueGroup(
-                    topic_name, queue, on_drop=self._dropped, on_deliver=self._queue_delivered
+                    topic_name,
+                    queue,
+                    limit=self.limits.queue_backlog,
+                    on_drop=self._dropped,
+                    on_deliver=self._queue_delivered,
                 )
                 topic.queues[queue] = queue_group
             self.stats.delivered += queue_group.add(peer, filters)
@@ -190,7 +218,7 @@ class Hub:
         else:
             topic.filtered.remove(peer)  # type: ignore[union-attr]
         if not topic.members:
-            del self.topics[topic.name]
+            self._forget_topic(topic.name)
         elif topic.watchers:
             event = Message(Kind.UNSUBSCRIBE, peer.identity or ANONYMOUS, peer.protocol, topic.name)
             self._fan_out(event, topic.watchers, None)
@@ -201,6 +229,7 @@ class Hub:
         times (it gets each message once). Checking that a peer may hold a secret
         (``!/cred/...``) pattern is its protocol's business. Patterns are not topic
         membership: no presence events, and no broadcasts."""
+        self._check_subscriptions(peer)
         self.patterns.add(peer, pattern)
         self._pattern_groups.clear()
         self.generation += 1
@@ -212,6 +241,33 @@ class Hub:
             self._pattern_groups.clear()
             self.generation += 1
         return removed
+
+    # -- limits ----------------------------------------------------------------------------
+
+    def _check_subscriptions(self, peer: Peer) -> None:
+        limit = self.limits.max_subscriptions
+        if limit:
+            held = len(peer.subscriptions)
+            if self.patterns:
+                held += self.patterns.count_of(peer)
+            if held >= limit:
+                self._refuse(peer, LimitExceeded("max-subscriptions", f"{held} held"))
+
+    def _refuse(self, peer: Peer, error: LimitExceeded) -> None:
+        self.stats.refused += 1
+        if self.on_limit is not None:
+            self.on_limit(peer, error)
+        raise error
+
+    def _forget_topic(self, name: str) -> None:
+        """Delete a topic nobody subscribes to any more. A dict never shrinks by deleting,
+        so after a flood of topics has gone (to a quarter of its peak) the table is rebuilt
+        and its memory returned."""
+        topics = self.topics
+        del topics[name]
+        if self._topics_peak > 4096 and len(topics) * 4 < self._topics_peak:
+            self.topics = dict(topics)
+            self._topics_peak = len(topics)
 
     def _matching_patterns(self, topic_name: str) -> dict[Encoder, dict[Peer, None]]:
         groups = self._pattern_groups.get(topic_name)

@@ -101,6 +101,11 @@ class PatternIndex(Generic[P]):
     def __bool__(self) -> bool:
         return self._count > 0
 
+    def count_of(self, peer: P) -> int:
+        """How many patterns ``peer`` holds (a pattern held twice counts twice)."""
+        patterns = self._by_peer.get(peer)
+        return len(patterns) if patterns else 0
+
     def patterns_of(self, peer: P) -> list[str]:
         """``peer``'s patterns in subscription order (a copy)."""
         return list(self._by_peer.get(peer, ()))

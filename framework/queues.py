@@ -28,8 +28,11 @@ from attrs import define, field
 from .filters import Filter, matches_all
 from .message import Message
 
-#: most messages a group holds while none of its members has room; older ones are dropped
-DEFAULT_QUEUE_BACKLOG = 10_000
+#: bytes of messages a group holds while none of its members has room (``mm2-queue-backlog``);
+#: past it the oldest are dropped (and counted)
+DEFAULT_QUEUE_BACKLOG = 16 << 20
+#: what holding a message costs beyond its payload (the Message object, its slot)
+MESSAGE_OVERHEAD = 200
 
 
 @define(eq=False)
@@ -42,7 +45,10 @@ class QueueGroup:
     members: dict[Any, tuple[Filter, ...]] = field(factory=dict)
     #: messages waiting for a member with room
     backlog: deque[Message] = field(factory=deque)
+    #: bound on ``backlog_bytes``
     limit: int = DEFAULT_QUEUE_BACKLOG
+    #: what ``backlog`` holds: payload bytes plus :data:`MESSAGE_OVERHEAD` per message
+    backlog_bytes: int = 0
     #: called with the number of messages dropped from a full (or abandoned) backlog
     on_drop: Callable[[int], None] | None = None
     #: called with (member, message) for each message a member takes
@@ -59,6 +65,7 @@ class QueueGroup:
         if not self.members and self.backlog:
             self._dropped(len(self.backlog))  # nobody is left to take them
             self.backlog.clear()
+            self.backlog_bytes = 0
 
     def offer(self, message: Message, sender: Any = None) -> int:
         """Deliver ``message`` to one member (1), keep it for later (0), or decline it
@@ -89,11 +96,11 @@ class QueueGroup:
             peer = self._pick(message, None)
             if peer is None:
                 if not self._matching(message, None):  # its matching member left
-                    backlog.popleft()
+                    self._take_first()
                     self._dropped(1)
                     continue
                 break
-            backlog.popleft()
+            self._take_first()
             _deliver_to(peer, message, self)
             delivered += 1
         return delivered
@@ -106,6 +113,7 @@ class QueueGroup:
             if self._matching(message, sender):
                 if keep_first:
                     self.backlog.appendleft(message)
+                    self.backlog_bytes += len(message.payload) + MESSAGE_OVERHEAD
                 else:
                     self._keep(message)
             return 0
@@ -134,9 +142,15 @@ class QueueGroup:
 
     def _keep(self, message: Message) -> None:
         self.backlog.append(message)
-        if len(self.backlog) > self.limit:
-            self.backlog.popleft()
+        self.backlog_bytes += len(message.payload) + MESSAGE_OVERHEAD
+        while self.backlog_bytes > self.limit and len(self.backlog) > 1:
+            self._take_first()
             self._dropped(1)
+
+    def _take_first(self) -> Message:
+        message = self.backlog.popleft()
+        self.backlog_bytes -= len(message.payload) + MESSAGE_OVERHEAD
+        return message
 
     def _dropped(self, count: int) -> None:
         if self.on_drop is not None:

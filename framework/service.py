@@ -143,7 +143,7 @@ class BrokerService(service.MultiService):
                 rest if rest.split(":", 1)[0] in ("tcp", "tcp6", "unix") else "tcp:" + rest
             )
             # the clock matters: TLS flushes its writes with it (the global reactor otherwise)
-            factory = TLSMemoryBIOFactory(self._tls(), False, factory, clock=self.reactor)
+            factory = _TLSFactory(self._tls(), False, factory, clock=self.reactor)
             factory.noisy = False  # the listener service logs what it is bound to
         try:
             endpoint = serverFromString(self.reactor, endpoint_text)
@@ -212,3 +212,14 @@ def _abort_all(sessions: list[Any]) -> None:
         abort = getattr(session.transport, "abortConnection", None)
         if abort is not None:
             abort()
+
+
+class _TLSFactory(TLSMemoryBIOFactory):
+    """TLS around a protocol factory that may refuse a connection (returns None: over a
+    connection limit), which Twisted's wrapper does not expect."""
+
+    def buildProtocol(self, addr: Any) -> Any:
+        wrapped = self.wrappedFactory.buildProtocol(addr)
+        if wrapped is None:
+            return None
+        return self.protocol(self, wrapped)

@@ -1,7 +1,8 @@
 """``twistd msgbroker``: command-line options and ``makeService``.
 
 Like twisted.words' tap: :class:`Options` parses, :func:`makeService` builds; the global
-reactor is never imported at module level.
+reactor is never imported at module level. The options are made from
+:data:`msgbroker.config.OPTIONS`, the one list of settings the TOML file shares.
 """
 
 from __future__ import annotations
@@ -11,9 +12,17 @@ from typing import Any
 
 from twisted.python import usage
 
-from .config import build_config
+from .config import OPTIONS, build_config
 from .errors import ConfigError
 from .service import BrokerService
+
+
+def _repeatable(name: str, doc: str) -> Any:
+    def opt(self: BrokerOptions, value: str) -> None:
+        self[name].append(value)
+
+    opt.__doc__ = doc
+    return opt
 
 
 class BrokerOptions(usage.Options):
@@ -26,80 +35,32 @@ class BrokerOptions(usage.Options):
     )
     optParameters = [
         ["config", "c", None, "TOML configuration file (same keys as these options)."],
-        ["secret-file", None, None, "File holding the shared secret of the secret scheme."],
-        ["tls-cert", None, None, "Server certificate (PEM) for TLS listeners."],
-        ["tls-key", None, None, "Server private key (PEM) for TLS listeners."],
-        ["tls-ca", None, None, "CA certificate(s) (PEM) that client certificates must chain to."],
-        ["login-timeout", None, None, "Seconds a connection may take to log in [10]."],
-        ["keepalive", None, None, "Seconds of silence before the broker pings [30]."],
-        [
-            "max-backlog",
-            None,
-            None,
-            "Bytes queued for a slow consumer before the policy applies [16M].",
-        ],
-        ["slow-consumer", None, None, "Policy past the backlog: disconnect or drop [disconnect]."],
-        ["journal", None, None, "Write the journal of routed messages and sessions there."],
-        ["journal-rotate-seconds", None, None, "Close a journal segment after this long [10]."],
-        ["journal-rotate-bytes", None, None, "Close a journal segment at about this size [64M]."],
-        [
-            "journal-max-records",
-            None,
-            None,
-            "Records held in memory before new ones are dropped and counted [1000000].",
-        ],
+        *([o.name, None, None, o.help] for o in OPTIONS if o.kind not in ("list", "bool")),
     ]
-    optFlags = [["journal-payloads", None, "Keep payload bytes in the journal."]]
+    optFlags = [[o.name, None, o.help] for o in OPTIONS if o.kind == "bool"]
 
     def __init__(self) -> None:
         super().__init__()
-        self["listen"] = []
-        self["auth"] = []
-        self["plugin"] = []
-        self["no-plugin"] = []
+        for option in OPTIONS:
+            if option.kind == "list":
+                self[option.name] = []
 
-    def opt_listen(self, value: str) -> None:
-        """PROTOCOL=ENDPOINT to listen on, repeatable (e.g. ssmp=tcp:4444:interface=127.0.0.1,
-        ssmp=tls:4443)."""
-        self["listen"].append(value)
-
-    def opt_auth(self, value: str) -> None:
-        """Enable an auth scheme, repeatable: open, secret, cert, or a plugin's."""
-        self["auth"].append(value)
-
-    def opt_plugin(self, value: str) -> None:
-        """Load a plugin module by import name, repeatable."""
-        self["plugin"].append(value)
-
-    def opt_no_plugin(self, value: str) -> None:
-        """Block a plugin by name, repeatable."""
-        self["no-plugin"].append(value)
+    for _option in OPTIONS:
+        if _option.kind == "list":
+            locals()["opt_" + _option.name.replace("-", "_")] = _repeatable(
+                _option.name, _option.help
+            )
+    del _option
 
     def postOptions(self) -> None:
-        overrides = {
-            key: self[key]
-            for key in (
-                "listen",
-                "auth",
-                "plugin",
-                "no-plugin",
-                "secret-file",
-                "tls-cert",
-                "tls-key",
-                "tls-ca",
-                "login-timeout",
-                "keepalive",
-                "max-backlog",
-                "slow-consumer",
-                "journal",
-                "journal-rotate-seconds",
-                "journal-rotate-bytes",
-                "journal-max-records",
-            )
-            if self[key] not in (None, [])
-        }
-        if self["journal-payloads"]:
-            overrides["journal-payloads"] = True
+        overrides: dict[str, Any] = {}
+        for o in OPTIONS:
+            value = self[o.name]
+            if o.kind == "bool":
+                if value:  # a flag given on the command line
+                    overrides[o.name] = True
+            elif value not in (None, []):
+                overrides[o.name] = value
         try:
             self.config = build_config(self["config"], overrides)
         except ConfigError as e:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from attrs import define, field
+from attrs import define, field, frozen
 
 from .filters import FilterIndex
 from .message import ANONYMOUS, Encoder, Kind, Message
-from .queues import QueueGroup
+from .queues import DEFAULT_QUEUE_BACKLOG, QueueGroup
 
 
 class Peer(Protocol):
@@ -59,6 +59,20 @@ class HubStats:
     skipped: int = 0
     dropped: int = 0
     kicked: int = 0
+    #: requests a configured limit refused (subscriptions, topics, connections, logins)
+    refused: int = 0
+
+
+@frozen
+class HubLimits:
+    """The hub's share of the configured limits (0: no limit)."""
+
+    #: topics, patterns and filtered or queue subscriptions one peer may hold
+    max_subscriptions: int = 0
+    #: distinct exact topics
+    max_topics: int = 0
+    #: bytes a queue group holds for members without room
+    queue_backlog: int = DEFAULT_QUEUE_BACKLOG
 
 
 def presence_snapshot(topic: Topic, leave_out: Peer | None) -> list[Message]:

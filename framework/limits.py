@@ -1,0 +1,104 @@
+"""The broker's defences against abuse that are not routing: how many connections, from
+where, how fast failed logins may come, and log lines an attacker cannot turn into a flood.
+
+No Twisted, no I/O: the time is passed in (``now``, seconds from any monotonic origin), so
+every rule here is tested with plain numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from attrs import define, field
+
+
+@define
+class RateLimitedLog:
+    """Says at most one line per ``key`` per ``interval`` seconds: ``emit(text, more)``,
+    where ``more`` counts the lines suppressed since the last one said for that key."""
+
+    emit: Callable[[str, int], None]
+    interval: float = 10.0
+    _last: dict[str, float] = field(factory=dict)
+    _suppressed: dict[str, int] = field(factory=dict)
+
+    def __call__(self, key: str, now: float, text: str) -> None:
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return
+        if len(self._last) > 10_000:  # keys are bounded by what is configured, but be safe
+            self._last.clear()
+            self._suppressed.clear()
+        self._last[key] = now
+        self.emit(text, self._suppressed.pop(key, 0))
+
+
+@define
+class LoginThrottle:
+    """Failed logins per peer address: a token bucket of ``rate`` attempts a second that
+    holds at most ``burst`` (``max(rate, 1)``). A failure takes a token; while the
+    address has none left, its logins are refused before any credential is checked.
+    Successful logins cost nothing, so a burst of honest clients is never slowed.
+    ``rate`` 0 switches the throttle off."""
+
+    rate: float
+    #: address -> (tokens, when they were counted)
+    _buckets: dict[str, tuple[float, float]] = field(factory=dict)
+
+    def _tokens(self, host: str, now: float) -> float:
+        burst = max(self.rate, 1.0)
+        entry = self._buckets.get(host)
+        if entry is None:
+            return burst
+        tokens, then = entry
+        return min(burst, tokens + (now - then) * self.rate)
+
+    def allows(self, host: str, now: float) -> bool:
+        """Whether a login from ``host`` may be tried now."""
+        return not self.rate or self._tokens(host, now) >= 1.0
+
+    def failed(self, host: str, now: float) -> None:
+        """A login from ``host`` failed (or was refused by the throttle)."""
+        if not self.rate:
+            return
+        tokens = self._tokens(host, now)
+        buckets = self._buckets
+        if len(buckets) >= 65_536:  # forget addresses whose buckets are full again
+            burst = max(self.rate, 1.0)
+            for address, (left, then) in list(buckets.items()):
+                if left + (now - then) * self.rate >= burst:
+                    del buckets[address]
+        buckets[host] = (max(0.0, tokens - 1.0), now)
+
+
+@define
+class ConnectionLimits:
+    """Open connections in all and per peer address (0: no limit)."""
+
+    max_total: int = 0
+    max_per_address: int = 0
+    total: int = 0
+    by_address: dict[str, int] = field(factory=dict)
+
+    def refusal(self, host: str) -> str | None:
+        """Why a new connection from ``host`` is refused (the limit's name), or None."""
+        if self.max_total and self.total >= self.max_total:
+            return "max-connections"
+        if self.max_per_address and host and self.by_address.get(host, 0) >= self.max_per_address:
+            return "max-connections-per-address"
+        return None
+
+    def opened(self, host: str) -> None:
+        self.total += 1
+        if host:
+            self.by_address[host] = self.by_address.get(host, 0) + 1
+
+    def closed(self, host: str) -> None:
+        self.total -= 1
+        if host:
+            left = self.by_address.get(host, 0) - 1
+            if left > 0:
+                self.by_address[host] = left
+            else:
+                self.by_address.pop(host, None)
