@@ -302,6 +302,17 @@ class Broker:
             topic=message.topic,
         )
 
+    def slow_consumer_dropped(self, session: Session, count: int) -> None:
+        """``count`` deliveries to ``session`` were discarded by its slow-consumer policy:
+        one info line per 10 s per protocol says so (with how many more). A slow
+        consumer's disconnect is logged when its session closes (:meth:`session_closed`)."""
+        self.rate_limited_log(
+            f"slow-drop {session.protocol}",
+            self.reactor.seconds(),
+            f"slow {session.protocol} consumer {session.identity or '-'} "
+            f"({session.host or 'local'}): {count} deliveries dropped",
+        )
+
     def _log_limit(self, peer: Peer, error: LimitExceeded) -> None:
         host = getattr(peer, "host", "") or "local"
         self.rate_limited_log(

@@ -31,13 +31,32 @@ class IdleTimer:
     chunk and nothing per message.
     """
 
-    __slots__ = ("_call", "_clock", "_interval", "_on_dead", "_on_idle", "_pinged_at", "last")
+    __slots__ = (
+        "_call",
+        "_clock",
+        "_held",
+        "_interval",
+        "_on_dead",
+        "_on_idle",
+        "_pinged_at",
+        "last",
+    )
 
-    def __init__(self, clock: Any, interval: float, on_idle: Any, on_dead: Any) -> None:
+    def __init__(
+        self,
+        clock: Any,
+        interval: float,
+        on_idle: Any,
+        on_dead: Any,
+        held: Any = None,
+    ) -> None:
         self._clock = clock
         self._interval = interval
         self._on_idle = on_idle
         self._on_dead = on_dead
+        #: ``held()`` is True while the broker itself stopped reading from the peer (flood
+        #: control pausing a publisher): its silence is ours, so it counts as activity
+        self._held = held
         self._pinged_at: float | None = None
         self.last = clock.seconds()
         self._call: Any = clock.callLater(interval, self._check)
@@ -47,6 +66,8 @@ class IdleTimer:
 
     def _check(self) -> None:
         now = self._clock.seconds()
+        if self._held is not None and self._held():
+            self.last = now
         idle = now - self.last
         if idle < self._interval:
             self._pinged_at = None
@@ -120,8 +141,13 @@ class BrokerProtocol(Protocol):
         if self._login_timer is not None and self._login_timer.active():
             self._login_timer.cancel()
         self._login_timer = None
+        session = self.session
         self._idle = IdleTimer(
-            self.clock, self.broker.config.keepalive, self.send_keepalive, self.keepalive_expired
+            self.clock,
+            self.broker.config.keepalive,
+            self.send_keepalive,
+            self.keepalive_expired,
+            held=lambda: session.reading_held,
         )
 
     def touch(self) -> None:

@@ -63,6 +63,9 @@ class Session:
     dropped: int = 0
     paused: bool = False
     close_reason: str | None = None
+    #: True while the broker has stopped reading from this peer (sbus ``block`` flood
+    #: control pausing a publisher); keepalive timers count it as activity
+    reading_held: bool = False
     #: per-session state for plugins, keyed by plugin name
     data: dict[str, Any] = field(factory=dict)
     #: called once the connection is gone (the service waits on these at shutdown)
