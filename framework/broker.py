@@ -22,7 +22,7 @@ from .hub import Hub, HubLimits, Peer
 from .limits import ConnectionLimits, LoginThrottle, RateLimitedLog
 from .message import Encoder, Message, MessageRun, RouteResult
 from .pluginmanager import build_plugin_manager, has_implementations
-from .session import Batcher, OutputPolicy, Session
+from .session import Batcher, OutputBudget, OutputPolicy, Session
 
 log = Logger(namespace="msgbroker")
 
@@ -83,6 +83,7 @@ class Broker:
         self.policy = OutputPolicy(
             max_backlog=self.config.max_backlog, drop=self.config.slow_consumer == "drop"
         )
+        self.output_budget = OutputBudget(config.max_output)
         self.pm = build_plugin_manager(
             self.config.plugins, self.config.no_plugins, extra=[self, *plugins]
         )
@@ -210,6 +211,8 @@ class Broker:
             host=host,
             tls_names=tls_names,
             batcher=self.batcher,
+            budget=self.output_budget,
+            on_dropped=self.slow_consumer_dropped,
         )
         self.sessions[session] = None
         self.connections.opened(host)
@@ -223,10 +226,19 @@ class Broker:
             return
         del self.sessions[session]
         self.connections.closed(session.host)
+        session.left_budget()
         self.hub.close(session)
         self.batcher.flush()  # its UNSUBSCRIBE events go out now
         if session.close_reason is None:
             session.close_reason = reason
+        elif session.close_reason == "slow consumer":
+            self.rate_limited_log(
+                f"slow-close {session.protocol} {session.host}",
+                self.reactor.seconds(),
+                f"slow {session.protocol} consumer {session.identity or '-'} "
+                f"({session.host or 'local'}) disconnected: it did not read its output "
+                f"({session.dropped} deliveries it could not take)",
+            )
         if self._closed is not None:
             self._closed(session=session, reason=session.close_reason)
 

@@ -39,6 +39,63 @@ class OutputPolicy:
     drop: bool = False
 
 
+class OutputBudget:
+    """The bytes queued for *all* slow consumers together (``max-output``).
+
+    A per-connection bound alone lets many slow readers take all memory (100 of them at
+    16 MiB each is 1.6 GB). Members are the sessions (and other outboxes) currently
+    holding a backlog; each reports its backlog as it grows. When a new frame would take
+    the total past ``limit``, the largest backlogs are cut first, each by its own policy:
+    one that disconnects is closed (its memory comes back), one that drops keeps what it
+    has but takes nothing more until it drains. If the one asking is (now) the largest,
+    it is refused, and its own policy applies. ``limit`` 0: no global bound.
+
+    A member provides ``backlog`` (what it last reported), ``measure()`` (what is really
+    still queued, which may be less: a consumer drains while paused) and ``cut()``
+    (apply its policy; True when that released its backlog).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self.members: dict[Any, None] = {}
+        #: cuts made to stay within the limit (disconnects and refusals)
+        self.cuts = 0
+
+    def update(self, member: Any, backlog: int) -> None:
+        """``member``'s backlog is now ``backlog`` bytes (0: it drained or left)."""
+        self.total += backlog - member.backlog
+        member.backlog = backlog
+        if backlog:
+            self.members[member] = None
+        else:
+            self.members.pop(member, None)
+
+    def admits(self, member: Any, backlog: int) -> bool:
+        """Whether ``member`` may grow its backlog to ``backlog`` bytes; makes room by
+        cutting larger backlogs first. False: ``member`` itself must be cut."""
+        limit = self.limit
+        if not limit or self.total - member.backlog + backlog <= limit:
+            return True
+        # over the budget (rare): largest first, measured afresh, since a backlog shrinks
+        # while its peer reads without us writing to it
+        for other in sorted(self.members, key=_backlog, reverse=True):
+            if other is member or other.backlog < backlog:
+                break
+            self.update(other, other.measure())
+            if other.backlog >= backlog and other.cut():
+                self.cuts += 1
+                self.update(other, 0)
+            if self.total - member.backlog + backlog <= limit:
+                return True
+        self.cuts += 1
+        return False
+
+
+def _backlog(member: Any) -> int:
+    return int(member.backlog)
+
+
 @implementer(IPushProducer)
 @define(eq=False)
 class Session:
@@ -72,6 +129,10 @@ class Session:
     on_lost: list[Callable[[], None]] = field(factory=list)
     #: when set, deliveries are queued and written once per batch (see :class:`Batcher`)
     batcher: Batcher | None = None
+    #: the broker's bound on all slow consumers' backlogs together
+    budget: OutputBudget | None = None
+    #: told of deliveries this session's policy dropped (the broker logs them)
+    on_dropped: Callable[[Session, int], None] | None = None
     #: for queue groups (msgbroker.queues): whether the peer has room for another queue
     #: message, and how it takes one; a protocol with acknowledgements sets both
     ready: Callable[[], bool] | None = None
@@ -106,10 +167,7 @@ class Session:
         if not self.paused:
             self.transport.write(data)
         elif not self._fits(data):
-            self.stats.dropped += count
-            self.dropped += count
-            if not self.policy.drop:
-                self.close("slow consumer")
+            self._drop(count)
 
     # -- IPushProducer: the transport tells us when its buffer is full or drained ----------
 
@@ -117,14 +175,14 @@ class Session:
         # Twisted calls this on *every* write while its buffer is over the mark
         if self.close_reason is None and not self.paused:
             self.paused = True
-            self.backlog = 0
+            self._set_backlog(0)
             if self.batcher is None:  # batched output meets the budget at flush
                 self.send = self._send_backlogged
 
     def resumeProducing(self) -> None:
         if self.close_reason is None:
             self.paused = False
-            self.backlog = 0
+            self._set_backlog(0)
             if self.batcher is None:
                 self.send = self.transport.write
 
@@ -133,32 +191,60 @@ class Session:
 
     # -- slow consumer ---------------------------------------------------------------------
 
-    def _fits(self, frame: bytes) -> bool:
-        """Write ``frame`` if the backlog stays within the budget; False if it would not.
-
-        Measures what is really still buffered: a consumer that reads, only slower than a
-        burst, drains while paused and must not be mistaken for a stalled one.
-        """
+    def measure(self) -> int:
+        """Bytes buffered for this peer beyond the transport's high-water mark, measured
+        now: a consumer that reads, only slower than a burst, drains while paused and
+        must not be mistaken for a stalled one."""
         fd = self._fd
-        if fd is not None:
-            buffered = fd._tempDataLen + len(fd.dataBuffer) - fd.offset
-            backlog = max(0, buffered - fd.bufferSize) + len(frame)
-        else:
-            backlog = self.backlog + len(frame)
+        if fd is None:
+            return self.backlog
+        buffered: int = fd._tempDataLen + len(fd.dataBuffer) - fd.offset
+        mark: int = fd.bufferSize
+        return max(0, buffered - mark)
+
+    def _fits(self, frame: bytes) -> bool:
+        """Write ``frame`` if the backlog stays within this session's budget and the
+        broker's (:class:`OutputBudget`); False if it would not."""
+        backlog = self.measure() + len(frame)
         if backlog > self.policy.max_backlog:
             return False
-        self.backlog = backlog
+        budget = self.budget
+        if budget is not None:
+            if not budget.admits(self, backlog):
+                return False
+            budget.update(self, backlog)
+        else:
+            self.backlog = backlog
         self.transport.write(frame)
         return True
 
-    def _send_backlogged(self, frame: bytes) -> None:
-        if self._fits(frame):
-            return
-        self.stats.dropped += 1
-        self.dropped += 1
+    def _set_backlog(self, backlog: int) -> None:
+        if self.budget is not None:
+            self.budget.update(self, backlog)
+        else:
+            self.backlog = backlog
+
+    def cut(self) -> bool:
+        """The broker's output budget is spent and this is the largest backlog: apply the
+        policy. Disconnecting releases the backlog (True); dropping keeps it (False)."""
+        if self.policy.drop:
+            return False
+        self.send = _discard
+        self.close("slow consumer")
+        return True
+
+    def _drop(self, count: int) -> None:
+        self.stats.dropped += count
+        self.dropped += count
         if not self.policy.drop:
             self.send = _discard
             self.close("slow consumer")
+        elif self.on_dropped is not None:
+            self.on_dropped(self, count)
+
+    def _send_backlogged(self, frame: bytes) -> None:
+        if not self._fits(frame):
+            self._drop(1)
 
     def reply(self, frame: bytes) -> None:
         """Send a reply to this peer's own request. Within the budget like any output, but
@@ -176,7 +262,15 @@ class Session:
         """Close the connection for ``reason`` (first reason wins)."""
         if self.close_reason is None:
             self.close_reason = reason
+            if reason == "slow consumer":
+                # an aborted connection's buffer is freed: it leaves the output budget
+                self.left_budget()
             self.closer(reason)
+
+    def left_budget(self) -> None:
+        """This session holds no backlog any more (closed)."""
+        if self.backlog:
+            self._set_backlog(0)
 
     def kick(self, reason: str) -> None:
         """The hub closes this session: its identity logged in elsewhere."""

@@ -91,6 +91,8 @@ def connect(
     factory: Any = spec.build_factory(broker, listener)
     address = IPv4Address("TCP", host, port)
     proto: Any = factory.buildProtocol(address)
+    if proto is None:
+        raise ConnectionRefusedError(f"{protocol} connection from {host} refused by a limit")
     transport = ClosingTransport(peerAddress=address)
     transport.protocol = proto
     proto.makeConnection(transport)

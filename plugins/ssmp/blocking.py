@@ -49,7 +49,6 @@ class SSMPConnectionClosed(ConnectionError):
     """The connection ended (or was never usable) before the request was answered."""
 
 
-
 class BlockingSSMPClient:
     """A blocking SSMP client over a plain (or ``ssl``-wrapped) socket, logged in on
     construction. Not thread-safe.

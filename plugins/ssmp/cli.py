@@ -88,10 +88,20 @@ def _message(value: str) -> bytes:
 _OPTIONS: tuple[tuple[str, str, Any, Any, str], ...] = (
     ("--host", "HOST", str, "127.0.0.1", "broker address [127.0.0.1]"),
     ("--port", "PORT", int, 4444, "broker SSMP port [4444]"),
-    ("--id", "ID", _id, None,
-     "identity to log in as [cli-PID-RANDOM; with the cert scheme CN/cli-PID-RANDOM]"),
-    ("--scheme", "SCHEME", str, None,
-     "login scheme: open, secret, cert [secret with --secret-file, cert with --cert, else open]"),
+    (
+        "--id",
+        "ID",
+        _id,
+        None,
+        "identity to log in as [cli-PID-RANDOM; with the cert scheme CN/cli-PID-RANDOM]",
+    ),
+    (
+        "--scheme",
+        "SCHEME",
+        str,
+        None,
+        "login scheme: open, secret, cert [secret with --secret-file, cert with --cert, else open]",
+    ),
     ("--secret-file", "PATH", str, None, "file holding the shared secret (secret scheme)"),
     ("--ca", "PEM", str, None, "CA certificate to verify the broker with [system CAs]"),
     ("--cert", "PEM", str, None, "client certificate, for the cert scheme (implies --tls)"),
@@ -108,14 +118,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tls", action="store_true", help="connect with TLS")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     sub = actions.add_parser(
-        "sub", parents=[common], help="print messages sent to TOPIC until Ctrl-C",
+        "sub",
+        parents=[common],
+        help="print messages sent to TOPIC until Ctrl-C",
         description="Print each message as 'SENDER TOPIC PAYLOAD' (unicasts to this client as "
         "'SENDER @ID PAYLOAD', broadcasts as 'SENDER * PAYLOAD') until Ctrl-C.",
     )
     sub.add_argument("topics", nargs="+", type=_id, metavar="TOPIC")
-    sub.add_argument(
-        "--presence", action="store_true", help="also print 'ID joined|left TOPIC'"
-    )
+    sub.add_argument("--presence", action="store_true", help="also print 'ID joined|left TOPIC'")
     pub = actions.add_parser("pub", parents=[common], help="send MESSAGE to TOPIC (MCAST)")
     pub.add_argument("topic", type=_id, metavar="TOPIC")
     pub.add_argument(
@@ -125,13 +135,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ucast.add_argument("target", type=_id, metavar="ID")
     ucast.add_argument("message", type=_message, metavar="MESSAGE", help="the payload; - as pub")
     bcast = actions.add_parser(
-        "bcast", parents=[common], help="send MESSAGE to every client sharing a topic with us",
+        "bcast",
+        parents=[common],
+        help="send MESSAGE to every client sharing a topic with us",
         description="BCAST reaches every client that shares at least one topic with the sender: "
         "use --join to subscribe to those topics first.",
     )
     bcast.add_argument("message", type=_message, metavar="MESSAGE", help="the payload; - as pub")
     bcast.add_argument(
-        "--join", action="append", type=_id, default=[], metavar="TOPIC",
+        "--join",
+        action="append",
+        type=_id,
+        default=[],
+        metavar="TOPIC",
         help="subscribe to TOPIC before broadcasting (repeatable)",
     )
 
@@ -198,8 +214,13 @@ def connect(args: argparse.Namespace) -> BlockingSSMPClient:
     where = f"{args.host}:{args.port}"
     try:
         return BlockingSSMPClient(
-            args.host, args.port, identity, scheme, _credential(args, scheme),
-            ssl_context=_ssl_context(args), timeout=args.timeout,
+            args.host,
+            args.port,
+            identity,
+            scheme,
+            _credential(args, scheme),
+            ssl_context=_ssl_context(args),
+            timeout=args.timeout,
         )
     except SSMPError as e:
         if e.code == 401:

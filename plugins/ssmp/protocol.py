@@ -127,16 +127,23 @@ class SSMPServerProtocol(BrokerProtocol):
         )
         result = self.broker.login(session, request)
         if not isinstance(result, Accept):
-            self.session.reply(
-                codec.encode_reply(401, " ".join(self.broker.enabled_schemes).encode())
-            )
-            self._close("login refused")
+            # answered late (login-failure-delay), so guessing is slow; nothing after the
+            # LOGIN is read: the connection closes with the answer
+            self._closing = True
+            self.clock.callLater(self.broker.config.login_failure_delay, self._refuse_login)
             return
         identity = session.identity or result.identity
         self._prefix = b"000 %s " % identity.encode("ascii")
         self._handle = self._handle_request
         self.logged_in()
         self.session.reply(OK)
+
+    def _refuse_login(self) -> None:
+        if self.session.close_reason is None:
+            self.session.reply(
+                codec.encode_reply(401, " ".join(self.broker.enabled_schemes).encode())
+            )
+            self.session.close("login refused")
 
     # -- after login -------------------------------------------------------------------------
 

@@ -38,8 +38,47 @@ def test_unknown_scheme_is_401_with_scheme_list_and_close():
     broker = make_broker(BrokerConfig(auth=("open", "secret"), secret_file=__file__))
     conn = connect(broker, "ssmp")
     conn.send(b"LOGIN alice kerberos\n")
+    broker.reactor.advance(broker.config.login_failure_delay)
     assert conn.received() == b"401 open secret\n"
     assert conn.closed
+
+
+def test_a_refused_login_is_answered_after_the_failure_delay_and_reads_nothing_more():
+    broker = make_broker(
+        BrokerConfig(auth=("secret",), secret_file=__file__, login_failure_delay=2.0)
+    )
+    conn = connect(broker, "ssmp")
+    conn.send(b"LOGIN alice secret wrong\nLOGIN alice secret wrong\nPING\n")
+    broker.reactor.advance(1.9)
+    assert conn.received() == b"" and not conn.closed
+    broker.reactor.advance(0.1)
+    assert conn.received() == b"401 secret\n"
+    assert conn.closed
+
+
+def test_failed_logins_from_one_address_are_throttled_before_the_credential_is_checked():
+    checked = []
+
+    class Counting:
+        from msgbroker import hookimpl
+
+        @hookimpl
+        def msgbroker_authenticate(self, request):
+            checked.append(request.identity)
+
+    broker = make_broker(
+        BrokerConfig(auth=("secret",), secret_file=__file__, login_attempts=2.0),
+        plugins=[Counting()],
+    )
+    for i in range(5):
+        connect(broker, "ssmp", host="192.0.2.1").send(b"LOGIN u%d secret wrong\n" % i)
+    assert checked == ["u0", "u1"]  # a bucket of 2; the rest refused unheard
+    assert broker.hub.stats.refused == 3
+    connect(broker, "ssmp", host="192.0.2.2").send(b"LOGIN other secret wrong\n")
+    assert checked[-1] == "other"  # another address is not held back
+    broker.reactor.advance(0.5)  # one token back at 2 per second
+    connect(broker, "ssmp", host="192.0.2.1").send(b"LOGIN again secret wrong\n")
+    assert checked[-1] == "again"
 
 
 def test_open_credential_is_ignored(broker):
@@ -56,6 +95,7 @@ def test_default_config_allows_open_login_from_loopback_only():
     assert local.received() == b"200\n"
     remote = connect(broker, "ssmp", host="192.0.2.7")
     remote.send(b"LOGIN b open\n")
+    broker.reactor.advance(broker.config.login_failure_delay)
     assert remote.received() == b"401 open\n"
     assert remote.closed
 
