@@ -60,8 +60,6 @@ def test_failed_logins_from_one_address_are_throttled_before_the_credential_is_c
     checked = []
 
     class Counting:
-        from msgbroker import hookimpl
-
         @hookimpl
         def msgbroker_authenticate(self, request):
             checked.append(request.identity)
@@ -401,3 +399,30 @@ def test_pipelined_mcasts_are_each_seen_by_message_routed_and_authorize():
     assert a.received() == b"200\n200\n405\n405\n"
     assert rec.payloads == [(b"1", {"ssmp": 1}), (b"2", {"ssmp": 1})]
     assert b.received() == b"000 a MCAST t 1\n000 a MCAST t 2\n"
+
+
+def test_subscribe_over_a_limit_is_405_and_the_connection_stays_open():
+    broker = make_broker(BrokerConfig(auth=("open",), max_subscriptions=2, max_topics=3))
+    conn = connect(broker, "ssmp")
+    conn.send(b"LOGIN alice open\nSUBSCRIBE a\nSUBSCRIBE b\nSUBSCRIBE c\nPING\n")
+    assert conn.received() == b"200\n200\n200\n405\n000 . PONG\n"
+    other = connect(broker, "ssmp")
+    other.send(b"LOGIN bob open\nSUBSCRIBE c\nSUBSCRIBE d\n")
+    assert other.received() == b"200\n200\n405\n"  # a, b, c: the broker's 3 topics
+    assert not conn.closed and not other.closed
+
+
+def test_a_connection_over_the_connection_limits_is_refused_before_anything():
+    broker = make_broker(
+        BrokerConfig(auth=("open",), max_connections=3, max_connections_per_address=2)
+    )
+    first = connect(broker, "ssmp", host="192.0.2.1")
+    connect(broker, "ssmp", host="192.0.2.1")
+    with pytest.raises(ConnectionRefusedError):
+        connect(broker, "ssmp", host="192.0.2.1")
+    connect(broker, "ssmp", host="192.0.2.2")
+    with pytest.raises(ConnectionRefusedError):
+        connect(broker, "ssmp", host="192.0.2.3")
+    assert broker.hub.stats.refused == 2
+    first.drop()
+    connect(broker, "ssmp", host="192.0.2.3")  # room again
