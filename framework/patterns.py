@@ -7,6 +7,10 @@ str topics (an sbus key maps to ``key.decode("utf-8", "surrogateescape")``):
 - ``*`` matches the rest of a ``/``-separated segment and never backtracks, so a segment of
   a pattern is either exact (``ab``), a prefix (``ab*``, ``ab**``: every segment starting
   with ``ab``), or never matches (``a*b``: the ``*`` has eaten the ``b``);
+- a ``*`` that meets the end of the topic matches nothing (the reference server does so,
+  DECISIONS.md), while one followed by a ``/`` may match zero bytes: so a prefix that is
+  the pattern's last segment (``ab*``, no ``/`` after it) needs a topic segment longer than
+  ``ab``, and one ending in ``**`` there never matches (its second ``*`` meets the end);
 - a pattern ending in ``/`` matches keys with at least one segment more, otherwise the
   segment counts must be equal;
 - the empty pattern matches every topic but a secret one;
@@ -73,8 +77,11 @@ def _parse(pattern: str) -> tuple[list[tuple[bool, str]], bool] | None:
     """``([(is_prefix, text) per segment], ends_with_slash)`` of a non-empty pattern, or
     None when no topic can match it."""
     trailing = pattern.endswith("/")
+    segments = (pattern[:-1] if trailing else pattern).split("/")
+    if not trailing and segments[-1].endswith("**"):
+        return None  # the first * eats the topic's last segment, the second meets its end
     steps = []
-    for segment in (pattern[:-1] if trailing else pattern).split("/"):
+    for segment in segments:
         stem = segment.rstrip("*")
         if "*" in stem:
             return None
@@ -194,7 +201,8 @@ def _count(counts: dict[P, int], peer: P, change: int) -> None:
 def _collect(root: _Node[P], segments: list[str], found: dict[P, None]) -> None:
     """Add to ``found`` the peers of the patterns under ``root`` matching ``segments``."""
     nodes = [root]
-    for segment in segments:
+    last = len(segments) - 1
+    for at, segment in enumerate(segments):
         following: list[_Node[P]] = []
         for node in nodes:
             found.update(dict.fromkeys(node.below))
@@ -202,7 +210,9 @@ def _collect(root: _Node[P], segments: list[str], found: dict[P, None]) -> None:
             if child is not None:
                 following.append(child)
             for stem, child in node.prefix.items():
-                if _starts(segment, stem):
+                # in the topic's last segment only ``ends`` is looked at after this, and a
+                # pattern ending in ``stem*`` there needs its * to eat at least one byte
+                if _starts(segment, stem) and (at < last or segment != stem):
                     following.append(child)
         if not following:
             return

@@ -85,6 +85,10 @@ def matches(pattern: bytes, key: bytes) -> bool:
     - Bytes other than ``*`` and a final ``/`` match themselves.
     - ``*`` matches every byte up to the next ``/`` of the key (or its end), greedily and
       never backtracking: ``a*b`` matches no key, ``a/*/c`` matches ``a//c``.
+    - A ``*`` that meets the end of the key matches nothing, as in the reference server
+      (DECISIONS.md): ``a*`` does not match ``a``, ``a/*`` not ``a/``, ``*`` not the empty
+      key, and a pattern ending in ``**`` no key (its last ``*`` always meets the end); a
+      ``*`` followed by more pattern may still match zero bytes (``*/`` matches ``/x``).
     - A pattern ending in ``/`` matches that ``/`` and anything after it: ``a/*/c/`` matches
       ``a/b/c/`` and ``a/b/c/d/e``, not ``a/b/c`` or ``a/c/d``.
     - Otherwise the pattern must match the whole key.
@@ -100,6 +104,8 @@ def matches(pattern: bytes, key: bytes) -> bool:
     at, end, last = 0, len(key), len(pattern) - 1
     for index, byte in enumerate(pattern):
         if byte == _STAR:
+            if at == end:
+                return False
             slash = key.find(b"/", at)
             at = end if slash < 0 else slash
         elif byte == _SLASH and index == last:

@@ -35,13 +35,24 @@ def one(pattern: str) -> PatternIndex[str]:
         ("a*b", "a*b", False),
         ("a/*/c", "a//c", True),
         ("a/*/c", "a/b/c/", False),
-        ("*", "", True),
         ("*", "abc", True),
         ("*", "a/b", False),
-        ("**", "abc", True),
-        ("**", "a/b", False),
-        ("a**", "abc", True),
+        # a * that meets the end of the key matches nothing (DECISIONS.md, the reference)
+        ("*", "", False),
+        ("a*", "a", False),
+        ("a*", "ab", True),
+        ("a/*", "a/", False),
+        ("a/*", "a/b", True),
+        ("**", "abc", False),  # the second * meets the end
+        ("a**", "abc", False),
         ("a**", "bc", False),
+        ("**/", "a/b", True),  # the second * is followed by a /: zero bytes
+        ("a/**/c", "a/b/c", True),
+        ("a*/", "a/x", True),
+        ("*/", "/x", True),
+        ("*/", "/", True),
+        ("*/*", "/", False),
+        ("a/*/", "a//", True),
         ("*/", "a/b", True),
         ("*/", "a/", True),
         ("*/", "a", False),
@@ -73,6 +84,7 @@ def test_documented_examples(pattern, topic, expected):
         ("!/cred/1/2/3/", "!/cred/1/2/3", False),
         ("!/cred/1/2/3/*", "!/cred/1/2/3/abc", True),
         ("!/cred/1/2/3/*", "!/cred/1/2/4/abc", False),
+        ("!/cred/1/2/3/*", "!/cred/1/2/3/", False),  # the * meets the end
         ("!/cred/1/2/3/x", "a", False),
         # never a secret topic for anything short of the full form
         ("", "!/cred/1/2/3/x", False),
@@ -102,20 +114,20 @@ def test_a_secret_pattern_beside_plain_ones():
 
 def test_duplicates_are_stored_twice_and_delivered_once():
     index: PatternIndex[str] = PatternIndex()
-    index.add("p", "a/*")
-    index.add("p", "a/*")
-    index.add("p", "a/**")  # the same prefix node
+    index.add("p", "a/*/")
+    index.add("p", "a/*/")
+    index.add("p", "a/**/")  # the same prefix node
     assert len(index) == 3
-    assert index.patterns_of("p") == ["a/*", "a/*", "a/**"]
-    assert list(index.match("a/b")) == ["p"]
-    assert index.remove("p", "a/*")
-    assert index.remove("p", "a/**")
-    assert list(index.match("a/b")) == ["p"]  # one copy left
-    assert index.patterns_of("p") == ["a/*"]
-    assert index.remove("p", "a/*")
-    assert not index.match("a/b")
+    assert index.patterns_of("p") == ["a/*/", "a/*/", "a/**/"]
+    assert list(index.match("a/b/c")) == ["p"]
+    assert index.remove("p", "a/*/")
+    assert index.remove("p", "a/**/")
+    assert list(index.match("a/b/c")) == ["p"]  # one copy left
+    assert index.patterns_of("p") == ["a/*/"]
+    assert index.remove("p", "a/*/")
+    assert not index.match("a/b/c")
     assert not index
-    assert not index.remove("p", "a/*")
+    assert not index.remove("p", "a/*/")
 
 
 def test_removing_what_is_not_there():
@@ -128,15 +140,17 @@ def test_removing_what_is_not_there():
     assert list(index.match("a")) == ["p"]
 
 
-def test_never_matching_patterns_are_stored_and_removable():
+@pytest.mark.parametrize(("pattern", "topic"), [("a*b/c", "ab/c"), ("a/**", "a/b")])
+def test_never_matching_patterns_are_stored_and_removable(pattern, topic):
     index: PatternIndex[str] = PatternIndex()
-    index.add("p", "a*b/c")
+    index.add("p", pattern)
     assert index
     assert len(index) == 1
-    assert not index.match("ab/c")
-    assert index.patterns_of("p") == ["a*b/c"]
-    assert index.remove("p", "a*b/c")
+    assert not index.match(topic)
+    assert index.patterns_of("p") == [pattern]
+    assert index.remove("p", pattern)
     assert not index
+    assert not index._plain
 
 
 def test_remove_all():

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -39,11 +41,9 @@ def test_empty_pattern_matches_every_key(key):
     ("pattern", "key", "expected"),
     [
         (b"*", b"abc", True),
-        (b"*", b"", True),
         (b"*", b"a/b", False),
         (b"*/b", b"a/b", True),
         (b"*/b", b"/b", True),
-        (b"a/*", b"a/", True),
         (b"a/*", b"a/bc", True),
         (b"a/*", b"a/b/c", False),
         (b"*/*", b"x/y", True),
@@ -52,6 +52,27 @@ def test_empty_pattern_matches_every_key(key):
     ],
 )
 def test_star_matches_up_to_next_slash_or_end(pattern, key, expected):
+    assert matches(pattern, key) is expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "key", "expected"),
+    [
+        # DECISIONS.md's examples: the reference server's edges
+        (b"a*", b"a", False),
+        (b"a/*", b"a/", False),
+        (b"*", b"", False),
+        (b"a/*/c", b"a//c", True),
+        (b"*/", b"/x", True),
+        # so a pattern ending in ** matches nothing: its last * always meets the end
+        (b"**", b"abc", False),
+        (b"a/**", b"a/b", False),
+        (b"**/", b"a/b", True),
+        (b"a*/", b"a/", True),
+        (b"!/cred/1/2/3/*", b"!/cred/1/2/3/", False),
+    ],
+)
+def test_a_star_that_meets_the_end_of_the_key_matches_nothing(pattern, key, expected):
     assert matches(pattern, key) is expected
 
 
@@ -107,6 +128,32 @@ def test_other_patterns_match_the_whole_key_literally(pattern, key, expected):
 def test_public_pattern_without_wildcards_matches_itself_not_longer_keys(literal):
     assert matches(literal, literal)
     assert not matches(literal, literal + b"x") or literal == b""
+
+
+def as_regex(pattern: bytes) -> re.Pattern[bytes]:
+    """DECISIONS.md's matching rules for public keys, written as a regular expression
+    independently of :func:`matches`: a ``*`` is a possessive ``[^/]*+`` (greedy, never
+    backtracking) that may not start at the end of the key; a final ``/`` is ``/`` and
+    anything after; everything else is itself."""
+    body = pattern[:-1] if pattern.endswith(b"/") else pattern
+    parts = [rb"(?!\Z)[^/]*+" if byte == b"*" else re.escape(byte) for byte in iter_bytes(body)]
+    if body is not pattern:
+        parts.append(rb"/.*")
+    return re.compile(b"".join(parts), re.DOTALL)
+
+
+def iter_bytes(data: bytes) -> list[bytes]:
+    return [data[i : i + 1] for i in range(len(data))]
+
+
+PUBLIC = st.lists(st.sampled_from([b"a", b"b", b"/", b"*", b"\xff", b"\n"]), max_size=8).map(
+    b"".join
+)
+
+
+@given(PUBLIC.filter(bool), PUBLIC)
+def test_matching_is_the_decisions_rules_as_a_regular_expression(pattern, key):
+    assert matches(pattern, key) is bool(as_regex(pattern).fullmatch(key))
 
 
 # -- secret keys ------------------------------------------------------------------------------
