@@ -113,7 +113,8 @@ class SbusServerProtocol(Protocol):
         whose recipients are remembered (:meth:`_remember_route`) is offered to them
         right in this loop; every other packet goes to :meth:`packetReceived`. Returns
         what ``doRead`` returns: None, or why the connection ended."""
-        recv_into, view = transport.socket.recv_into, transport._view
+        # the reactor's shared buffer: each packet is copied out (tobytes) before the next read
+        recv_into, view = transport.socket.recv_into, transport.receive_view()
         routes, hub, session, max_packet = self._routes, self.hub, self.session, self.max_packet
         received = self.packetReceived
         routed = delivered = 0

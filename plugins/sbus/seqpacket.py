@@ -7,9 +7,10 @@ one packet. So the transport here speaks packets, not a byte stream:
   ``EAGAIN`` (or until its protocol pauses it) and hands each to the protocol's
   ``packetReceived(data)``, in slices of at most 256 packets per reactor turn, so one busy
   publisher never keeps the reactor from writing to the subscribers or reading others; end
-  of stream is ``connectionLost``. ``write(packet)`` sends one packet through the
-  connection's :class:`~.flood.Outbox`, which keeps what the socket does not take and
-  sends it when the socket is writable.
+  of stream is ``connectionLost``. It receives into the reactor's one shared buffer
+  (:func:`receive_buffer`), so an idle connection holds no buffer of its own.
+  ``write(packet)`` sends one packet through the connection's :class:`~.flood.Outbox`,
+  which keeps what the socket does not take and sends it when the socket is writable.
 - :class:`SeqpacketPort` listens: it accepts until ``EAGAIN``, reads each client's
   SO_PEERCRED credentials, can refuse clients by credentials (``sbusd -u``), and builds one
   protocol per client from a Twisted factory.
@@ -29,6 +30,7 @@ import contextlib
 import errno
 import os
 import socket
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +63,7 @@ __all__ = [
     "parse_address",
     "parse_endpoint",
     "peer_credentials",
+    "receive_buffer",
 ]
 
 log = Logger(namespace="msgbroker.sbus")
@@ -70,6 +73,25 @@ _ACCEPTS_PER_EVENT = 64
 #: how many packets one readable event of a connection reads at most; the socket stays
 #: readable, so the reactor comes back to it after one turn of everything else
 PACKETS_PER_EVENT = 256
+
+#: each reactor's receive buffer, shared by all its connections (see receive_buffer)
+_receive_buffers: weakref.WeakKeyDictionary[Any, memoryview] = weakref.WeakKeyDictionary()
+
+
+def receive_buffer(reactor: Any, size: int) -> memoryview:
+    """``size`` bytes of ``reactor``'s receive buffer, for one ``recv_into``.
+
+    One buffer serves every connection of a reactor (it grows to the largest size asked):
+    a reactor reads one socket at a time, and every reader copies a packet out
+    (``tobytes()``) right after its ``recv_into`` and before anything else runs, so no
+    packet is ever overwritten while in use. A buffer per connection cost 212,961 bytes
+    of resident memory for each idle client. The view is valid until the next read on
+    that reactor: never keep it.
+    """
+    view = _receive_buffers.get(reactor)
+    if view is None or len(view) < size:
+        view = _receive_buffers[reactor] = memoryview(bytearray(size))
+    return view[:size]
 
 
 # -- connections -------------------------------------------------------------------------
@@ -105,8 +127,8 @@ class SeqpacketConnection(abstract.FileDescriptor):
         self.address = address
         self.connected = 1
         self.paused = False
-        self._buffer = bytearray(max_packet + 1)
-        self._view = memoryview(self._buffer)
+        #: one byte more than the largest packet, so a packet over it shows (it is cut)
+        self.receive_size = max_packet + 1
         self.outbox = Outbox(
             sock.send, self._want_writable, self._outbox_error, max_backlog, source
         )
@@ -116,7 +138,7 @@ class SeqpacketConnection(abstract.FileDescriptor):
     def doRead(self) -> Any:
         if self._read_packets is not None:
             return self._read_packets(self, PACKETS_PER_EVENT)
-        recv_into, view = self.socket.recv_into, self._view
+        recv_into, view = self.socket.recv_into, self.receive_view()
         received = self.protocol.packetReceived
         # a slice at a time: a publisher that keeps its socket full must not keep the
         # reactor from sending (the recipients' backlogs wait for it) or from reading others
@@ -133,8 +155,13 @@ class SeqpacketConnection(abstract.FileDescriptor):
                 return main.CONNECTION_LOST if e.errno != errno.ECONNRESET else e
             if not size:
                 return main.CONNECTION_DONE
-            received(view[:size].tobytes())
+            received(view[:size].tobytes())  # copied out before the next read reuses it
         return None
+
+    def receive_view(self) -> memoryview:
+        """The buffer to receive into, shared with the reactor's other connections: copy
+        each packet out before the next ``recv_into`` (see :func:`receive_buffer`)."""
+        return receive_buffer(self.reactor, self.receive_size)
 
     def pauseProducing(self) -> None:
         """Stop reading (also in the middle of a burst: the rest waits in the kernel)."""
