@@ -20,6 +20,7 @@ from .config import BrokerConfig, Listener
 from .errors import ConfigError, LimitExceeded
 from .hub import Hub, HubLimits, Peer
 from .limits import ConnectionLimits, LoginThrottle, RateLimitedLog
+from .memory import Trimmer, resident_bytes
 from .message import Encoder, Message, MessageRun, RouteResult
 from .pluginmanager import build_plugin_manager, has_implementations
 from .session import Batcher, OutputBudget, OutputPolicy, Session
@@ -73,6 +74,9 @@ class Broker:
         self.login_throttle = LoginThrottle(config.login_attempts)
         #: one info line per limit (or per slow-consumer kind) per 10 s, with a count
         self.rate_limited_log = RateLimitedLog(_log_info)
+        #: hands freed heap back to the system after large releases
+        self.trimmer = Trimmer(reactor)
+        self.hub.on_release = self.trimmer.released
         #: deliveries are written once per recipient per batch; protocols flush it at the
         #: end of each received chunk
         self.batcher = Batcher(reactor)
@@ -227,6 +231,10 @@ class Broker:
         del self.sessions[session]
         self.connections.closed(session.host)
         session.left_budget()
+        if session.close_reason == "slow consumer" or len(session.subscriptions) >= 1000:
+            self.trimmer.released()
+        else:
+            self.trimmer.closed()
         self.hub.close(session)
         self.batcher.flush()  # its UNSUBSCRIBE events go out now
         if session.close_reason is None:
@@ -333,10 +341,23 @@ class Broker:
             f"{error}: refused a {peer.protocol} request from {peer.identity} ({host})",
         )
 
+    def status(self) -> str:
+        """One line on what the broker holds now (``SIGUSR1`` logs it)."""
+        hub, stats = self.hub, self.hub.stats
+        return (
+            f"{len(self.sessions)} connections, {len(hub.identities)} identities, "
+            f"{len(hub.topics)} topics, {len(hub.patterns)} patterns, "
+            f"{self.output_budget.total} bytes queued for {len(self.output_budget.members)} "
+            f"slow consumers; routed {stats.routed}, delivered {stats.delivered}, "
+            f"dropped {stats.dropped}, skipped {stats.skipped}, refused {stats.refused}; "
+            f"resident memory {resident_bytes() >> 20} MiB"
+        )
+
     def started(self) -> None:
         self.pm.hook.msgbroker_broker_started(broker=self)
 
     def stopped(self) -> None:
+        self.trimmer.cancel()
         self.pm.hook.msgbroker_broker_stopped(broker=self)
 
 

@@ -61,6 +61,8 @@ class Hub:
         self.on_limit: Callable[[Peer, LimitExceeded], None] | None = None
         #: the most topics held since ``topics`` was last rebuilt (see _forget_topic)
         self._topics_peak = 0
+        #: called when the hub let go of a lot of memory (the broker trims the heap)
+        self.on_release: Callable[[], None] | None = None
         #: called after each routed message when set; ``None`` keeps the hot path free
         self.observer: RouteObserver | None = None
         #: called once for a run routed as a whole (``msgbroker_run_routed``); ``None``
@@ -268,6 +270,8 @@ class Hub:
         if self._topics_peak > 4096 and len(topics) * 4 < self._topics_peak:
             self.topics = dict(topics)
             self._topics_peak = len(topics)
+            if self.on_release is not None:
+                self.on_release()
 
     def _matching_patterns(self, topic_name: str) -> dict[Encoder, dict[Peer, None]]:
         groups = self._pattern_groups.get(topic_name)

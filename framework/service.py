@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from typing import Any
 
 from twisted.application import service
@@ -145,6 +147,7 @@ class BrokerService(service.MultiService):
             # the clock matters: TLS flushes its writes with it (the global reactor otherwise)
             factory = _TLSFactory(self._tls(), False, factory, clock=self.reactor)
             factory.noisy = False  # the listener service logs what it is bound to
+        endpoint_text = with_backlog(endpoint_text, self.broker.config.listen_backlog)
         try:
             endpoint = serverFromString(self.reactor, endpoint_text)
         except Exception as e:
@@ -165,12 +168,16 @@ class BrokerService(service.MultiService):
     #: line on stderr instead of a traceback
     exit_on_error = False
 
+    #: signal number -> the handler it had before this service took it
+    _previous_handlers: dict[int, Any]
+
     def startService(self) -> None:
         try:
             super().startService()
             # plugins start here too (the journal opens its directory): their
             # configuration errors end twistd with one line as well
             self.broker.started()
+            self._handle_signals()
         except ConfigError as e:
             if not self.exit_on_error:
                 raise
@@ -180,10 +187,51 @@ class BrokerService(service.MultiService):
             (sys.__stderr__ or sys.stderr).write(f"twistd msgbroker: error: {e}\n")
             raise SystemExit(2) from None
 
+    # -- signals: SIGTERM and SIGINT stop (Twisted's own handlers), these do not -----------
+
+    def _handle_signals(self) -> None:
+        """SIGHUP, which a shell or service manager sends routinely, must not end the broker
+        (Python's default for it is to terminate); SIGUSR1 logs a status line. Only in the
+        main thread of a real process: a broker run inside tests leaves signals alone."""
+        self._previous_handlers = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, handler in (
+            (signal.SIGHUP, self.hangup),
+            (signal.SIGUSR1, self.log_status),
+        ):
+            self._previous_handlers[signum] = signal.signal(
+                signum, self._from_signal(signum, handler)
+            )
+
+    def _from_signal(self, signum: int, handler: Any) -> Any:
+        def on_signal(number: int, frame: Any) -> None:
+            self.reactor.callFromThread(handler)
+            # twistd rotates its log file on SIGUSR1: keep whatever was there before
+            previous = self._previous_handlers.get(signum)
+            if callable(previous):
+                previous(number, frame)
+
+        return on_signal
+
+    def _restore_signals(self) -> None:
+        for signum, previous in getattr(self, "_previous_handlers", {}).items():
+            signal.signal(signum, previous)
+        self._previous_handlers = {}
+
+    def hangup(self) -> None:
+        """SIGHUP: nothing is reloaded yet; say so and go on."""
+        log.info("SIGHUP received: the broker keeps running (reloading is not supported yet)")
+
+    def log_status(self) -> None:
+        """SIGUSR1: one status line."""
+        log.info("status: {status}", status=self.broker.status())
+
     @defer.inlineCallbacks
     def stopService(self) -> Any:
         # stop accepting, then close every session: each close sends its UNSUBSCRIBE events
         # to the sessions still open, which flush them before their own close
+        self._restore_signals()
         yield super().stopService()
         sessions = list(reversed(self.broker.sessions))  # newest first
         waits = [_connection_lost(s) for s in sessions]
@@ -199,6 +247,16 @@ class BrokerService(service.MultiService):
             if timeout.active():
                 timeout.cancel()
         self.broker.stopped()
+
+
+def with_backlog(endpoint: str, backlog: int) -> str:
+    """``endpoint`` with ``backlog=`` added for the endpoint types that take one (tcp,
+    tcp6, unix) unless it names its own: Twisted's default of 50 pending connections
+    makes a burst of connects wait for SYN retransmits (seconds)."""
+    kind = endpoint.split(":", 1)[0]
+    if kind in ("tcp", "tcp6", "unix") and "backlog=" not in endpoint:
+        return f"{endpoint}:backlog={backlog}"
+    return endpoint
 
 
 def _connection_lost(session: Any) -> defer.Deferred[None]:

@@ -80,6 +80,10 @@ class Options(BrokerOptions):
 
 
 def makeService(options: BrokerOptions, reactor: Any = None) -> BrokerService:
+    if isinstance(options, Options):  # twistd: filter what it is about to log
+        from .logs import filter_twistd_logging
+
+        filter_twistd_logging(options.config.log_level)
     try:
         broker_service = BrokerService(options.config, reactor)
         broker_service.exit_on_error = isinstance(options, Options)

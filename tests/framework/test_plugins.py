@@ -73,6 +73,7 @@ def test_entry_point_plugin_registers_scheme_and_authorizes(installed_plugin):
     assert ok.received() == b"200\n405\n200\n"
     bad = connect(broker, "ssmp")
     bad.send(b"LOGIN bob token nope\n")
+    broker.reactor.advance(broker.config.login_failure_delay)  # a refusal waits
     assert bad.received() == b"401 token\n"
 
 
@@ -125,6 +126,7 @@ def test_broker_subclass_methods_are_hooks_without_decorator():
     assert a.received() == b"200\n200\n405\n"
     m = connect(broker, "ssmp")
     m.send(b"LOGIN mallory open\n")
+    broker.reactor.advance(broker.config.login_failure_delay)  # a refusal waits
     assert m.received() == b"401 open\n"
 
 
@@ -144,6 +146,7 @@ def test_authenticate_hook_can_accept_and_abstain():
     assert vip.received() == b"200\n"
     other = connect(broker, "ssmp")
     other.send(b"LOGIN joe secret wrong\n")
+    broker.reactor.advance(broker.config.login_failure_delay)  # a refusal waits
     assert other.received() == b"401 secret\n"
 
 
@@ -187,6 +190,7 @@ def test_observation_hooks_see_sessions_logins_and_routing():
     a.send(b"MCAST t hi\nMCAST t " + b"\x00\x00x" + b"\n")
     bad = connect(broker, "ssmp")
     bad.send(b"LOGIN c nope\n")
+    broker.reactor.advance(broker.config.login_failure_delay)  # a refusal waits
     a.send(b"CLOSE\n")
     assert rec.events == [
         ("opened", "ssmp"),

@@ -1,0 +1,85 @@
+"""Giving memory back after a burst, and reading how much the process holds.
+
+Freeing Python objects returns their memory to the allocator, not always to the system:
+glibc keeps freed heap pages for reuse, so after a flood of topics or of slow consumers'
+backlogs the broker's resident size would stay at its peak long after the clients left.
+``malloc_trim(0)`` hands the free pages back. It walks the heap, so it is not called per
+close: :class:`Trimmer` runs it once, shortly after a large release (a slow consumer's
+backlog, a connection with many subscriptions, the topic table rebuilt, many closes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from typing import Any
+
+#: a trim follows the first large release by this long, so a burst of closes costs one
+TRIM_DELAY = 1.0
+#: closes that count as a large release together
+CLOSES_PER_TRIM = 256
+
+
+def _load_trim() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to hand back this way
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_malloc_trim = _load_trim()
+
+
+def trim() -> bool:
+    """Return free heap pages to the system; False where the C library cannot."""
+    if _malloc_trim is None:
+        return False
+    _malloc_trim(0)
+    return True
+
+
+def resident_bytes() -> int:
+    """The process's resident set size, or 0 where /proc does not say."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class Trimmer:
+    """Schedules one :func:`trim` on ``clock`` after large releases."""
+
+    def __init__(self, clock: Any) -> None:
+        self._clock = clock
+        self._call: Any = None
+        self._closes = 0
+        #: trims done (for tests and the status line)
+        self.trims = 0
+
+    def released(self) -> None:
+        """Something large was freed: trim soon."""
+        if self._call is None:
+            self._call = self._clock.callLater(TRIM_DELAY, self._trim)
+
+    def closed(self) -> None:
+        """A connection closed; many of them add up to a large release."""
+        self._closes += 1
+        if self._closes >= CLOSES_PER_TRIM:
+            self.released()
+
+    def _trim(self) -> None:
+        self._call = None
+        self._closes = 0
+        self.trims += 1
+        trim()
+
+    def cancel(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
