@@ -79,14 +79,15 @@ def oracle_parse(data, max_size):
 
 def oracle_matches(pattern, key):
     """The pattern rules as a regex: ``*`` is ``[^/]*+`` (possessive: greedy, no
-    backtracking), a final ``/`` is ``/.*``, other bytes are literal, the whole key must
+    backtracking) that may not start at the end of the key (DECISIONS.md: such a ``*``
+    matches nothing), a final ``/`` is ``/.*``, other bytes are literal, the whole key must
     match; the empty pattern matches every key. Secret keys are left out."""
     if not pattern:
         return True
     out = []
     for index, byte in enumerate(pattern):
         if byte == ord("*"):
-            out.append(rb"[^/]*+")
+            out.append(rb"(?!\Z)[^/]*+")
         elif byte == ord("/") and index == len(pattern) - 1:
             out.append(rb"/.*")
         else:

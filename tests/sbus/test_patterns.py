@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -128,32 +126,6 @@ def test_other_patterns_match_the_whole_key_literally(pattern, key, expected):
 def test_public_pattern_without_wildcards_matches_itself_not_longer_keys(literal):
     assert matches(literal, literal)
     assert not matches(literal, literal + b"x") or literal == b""
-
-
-def as_regex(pattern: bytes) -> re.Pattern[bytes]:
-    """DECISIONS.md's matching rules for public keys, written as a regular expression
-    independently of :func:`matches`: a ``*`` is a possessive ``[^/]*+`` (greedy, never
-    backtracking) that may not start at the end of the key; a final ``/`` is ``/`` and
-    anything after; everything else is itself."""
-    body = pattern[:-1] if pattern.endswith(b"/") else pattern
-    parts = [rb"(?!\Z)[^/]*+" if byte == b"*" else re.escape(byte) for byte in iter_bytes(body)]
-    if body is not pattern:
-        parts.append(rb"/.*")
-    return re.compile(b"".join(parts), re.DOTALL)
-
-
-def iter_bytes(data: bytes) -> list[bytes]:
-    return [data[i : i + 1] for i in range(len(data))]
-
-
-PUBLIC = st.lists(st.sampled_from([b"a", b"b", b"/", b"*", b"\xff", b"\n"]), max_size=8).map(
-    b"".join
-)
-
-
-@given(PUBLIC.filter(bool), PUBLIC)
-def test_matching_is_the_decisions_rules_as_a_regular_expression(pattern, key):
-    assert matches(pattern, key) is bool(as_regex(pattern).fullmatch(key))
 
 
 # -- secret keys ------------------------------------------------------------------------------
