@@ -33,12 +33,12 @@ from .filters import Filter, FilterIndex
 from .message import ANONYMOUS, Encoder, Kind, Message, MessageRun, RouteResult
 from .patterns import CRED_PREFIX, PatternIndex
 from .queues import QueueGroup
+from .runs import multicast_run
 from .topics import (
     HubLimits,
     HubStats,
     Peer,
     Topic,
-    one_by_one,
     presence_snapshot,
     with_filtered,
 )
@@ -405,67 +405,9 @@ class Hub:
         self.stats.dropped += count
 
     def multicast_run(self, sender: Peer | None, run: MessageRun) -> int:
-        """Deliver ``run.count`` MCASTs to one topic at once: one frame per recipient.
-
-        Same outcome as ``run.count`` calls of :meth:`multicast`, in order. With an
-        observer set, the run observer (when there is one) sees the run once, provided
-        every message reaches the same recipients; otherwise it is exactly ``run.count``
-        calls of :meth:`multicast`, so the observer sees every message.
-        """
-        topic = self.topics.get(run.topic)
-        if (
-            one_by_one(topic)
-            or (self.patterns and self._matching_patterns(run.topic))
-            or (
-                (self.observer is not None or self.run_observer is not None)
-                and not self._observes_run(topic, run)
-            )
-        ):
-            # message by message: the observer sees each; filters look at each; pattern
-            # subscribers (sbus) take one packet per message
-            return sum(self.multicast(sender, m) for m in run.messages())
-        self.source = sender
-        stats = self.stats
-        stats.routed += run.count
-        if topic is None:
-            if self.run_observer is not None:
-                self.run_observer(run, RouteResult({}))
-            return 0
-        run_observer = self.run_observer
-        dropped_before = stats.dropped
-        per_protocol: dict[str, int] = {}
-        delivered = 0
-        for encoder, members in topic.by_encoder.items():
-            frame, carried = run.encoded(encoder)
-            recipients = 0
-            if carried:
-                for peer in members:
-                    if peer is not sender:
-                        peer.send(frame)
-                        recipients += 1
-            else:
-                recipients = len(members) - (sender in members)
-            if carried < run.count:
-                for message in run.messages():
-                    if message.encoded(encoder) is None:
-                        self._skip(message, members, sender)
-            delivered += recipients * carried
-            if run_observer is not None and recipients:
-                name = next(iter(members)).protocol
-                per_protocol[name] = per_protocol.get(name, 0) + recipients
-        stats.delivered += delivered
-        if run_observer is not None:
-            run_observer(run, RouteResult(per_protocol, 0, stats.dropped - dropped_before))
-        return delivered
-
-    def _observes_run(self, topic: Topic | None, run: MessageRun) -> bool:
-        """Whether the run observer can report ``run`` as one: there is one, and every
-        encoder of the topic carries every message (so all reach the same recipients)."""
-        if self.run_observer is None:
-            return False
-        if topic is None:
-            return True
-        return all(run.encoded(encoder)[1] == run.count for encoder in topic.by_encoder)
+        """Deliver ``run.count`` MCASTs to one topic at once: one frame per recipient (see
+        :func:`msgbroker.runs.multicast_run`)."""
+        return multicast_run(self, sender, run)
 
     def unicast(self, message: Message) -> int:
         """Deliver a UCAST to the identity ``message.topic``; :class:`NoSuchIdentity` if absent.
