@@ -19,7 +19,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from msgbroker.errors import RemoteProtocolError
+from msgbroker.errors import LimitExceeded, RemoteProtocolError
 from msgbroker.message import Kind, Message
 
 from . import codec
@@ -227,7 +227,12 @@ class SbusServerProtocol(Protocol):
         if broker.authorizes and not broker.authorize(self.session, "subscribe", topic):
             self._refused("subscribe", topic)
             return
-        self.hub.subscribe_pattern(self.session, topic)
+        try:
+            self.hub.subscribe_pattern(self.session, topic)
+        except LimitExceeded:
+            # sbus cannot answer "no" (DECISIONS.md, Limits): that client is closed; the
+            # hub has counted and logged the refusal already (rate-limited)
+            self.session.close("limit exceeded")
 
     def _unsubscribe(self, pattern: bytes) -> None:
         credentials = self.credentials
@@ -304,11 +309,18 @@ class SbusFactory(Factory):
         self.broker = broker
         self.max_packet = max_packet
 
+    @property
+    def listen_backlog(self) -> int:
+        """The accept queue the seqpacket endpoint listens with: the broker's setting."""
+        return int(self.broker.config.listen_backlog)
+
     def source(self) -> Throttle | None:
         peer = self.broker.hub.source
         return None if peer is None else throttle_of(peer)
 
-    def buildProtocol(self, addr: Any) -> SbusServerProtocol:
+    def buildProtocol(self, addr: Any) -> SbusServerProtocol | None:
+        if not self.broker.admit(addr):
+            return None  # over a connection limit: the port closes the socket at once
         protocol = SbusServerProtocol(self.broker, self.max_packet)
         protocol.factory = self
         return protocol

@@ -70,6 +70,10 @@ log = Logger(namespace="msgbroker.sbus")
 
 #: how many clients one readable event of a listening socket accepts at most
 _ACCEPTS_PER_EVENT = 64
+#: the accept queue's length when neither the endpoint (``backlog=N``) nor the factory
+#: (``listen_backlog``: the broker's ``--listen-backlog``) says (the kernel caps it at
+#: net.core.somaxconn); a burst of clients connecting at once waits there, not in EAGAIN
+DEFAULT_LISTEN_BACKLOG = 1024
 #: how many packets one readable event of a connection reads at most; the socket stays
 #: readable, so the reactor comes back to it after one turn of everything else
 PACKETS_PER_EVENT = 256
@@ -376,7 +380,9 @@ class SeqpacketPort(abstract.FileDescriptor):
 
 @frozen
 class SeqpacketServerEndpoint:
-    """A server endpoint for a seqpacket address; ``listen`` binds synchronously."""
+    """A server endpoint for a seqpacket address; ``listen`` binds synchronously. The
+    accept queue is ``backlog`` long, or the factory's ``listen_backlog`` (an sbus factory
+    gives the broker's ``--listen-backlog``), or :data:`DEFAULT_LISTEN_BACKLOG`."""
 
     reactor: Any
     address: SeqpacketAddress
@@ -385,10 +391,14 @@ class SeqpacketServerEndpoint:
     allow: Callable[[Credentials], bool] | None = None
     max_packet: int = 212_960
     max_backlog: int = 16 << 20
+    backlog: int | None = None
 
     def listen(self, factory: Any) -> defer.Deferred[SeqpacketPort]:
+        backlog = self.backlog
+        if backlog is None:
+            backlog = getattr(factory, "listen_backlog", DEFAULT_LISTEN_BACKLOG)
         try:
-            sock = bind(self.address, self.mode, self.replace)
+            sock = bind(self.address, self.mode, self.replace, backlog)
         except OSError as e:
             return defer.fail(error.CannotListenError(str(self.address), 0, e))
         port = SeqpacketPort(
@@ -406,9 +416,9 @@ class SeqpacketServerEndpoint:
 
 
 def parse_endpoint(reactor: Any, text: str, **overrides: Any) -> SeqpacketServerEndpoint:
-    """``unix:ADDRESS[:mode=0700][:max-packet=N]`` (or just ``ADDRESS``) as a server
-    endpoint; ADDRESS as :func:`parse_address` reads it. Twisted's ``address=`` keyword
-    form is accepted too."""
+    """``unix:ADDRESS[:mode=0700][:max-packet=N][:backlog=N]`` (or just ``ADDRESS``) as a
+    server endpoint; ADDRESS as :func:`parse_address` reads it. Twisted's ``address=``
+    keyword form is accepted too (its ``lockfile=`` is ignored)."""
     body = text[len("unix:") :] if text.startswith("unix:") else text
     parts = body.split(":")
     options: dict[str, str] = {}
@@ -427,5 +437,9 @@ def parse_endpoint(reactor: Any, text: str, **overrides: Any) -> SeqpacketServer
         settings["max_packet"] = int(options["max-packet"])
         if settings["max_packet"] < 1:
             raise ValueError("max-packet must be at least 1 byte")
+    if "backlog" in options:
+        settings["backlog"] = int(options["backlog"])
+        if settings["backlog"] < 1:
+            raise ValueError("backlog must be at least 1")
     settings.update(overrides)
     return SeqpacketServerEndpoint(reactor, **settings)
