@@ -11,6 +11,10 @@ the files, so Spark's partition discovery and ``pyarrow.dataset(..., partitionin
 add it as a column. Sequence numbers count up per table across dates and restarts. Files
 whose names start with ``.`` (temporaries being written) are not part of the journal; Spark
 and pyarrow datasets skip them.
+
+A name that is not valid UTF-8 (a lone surrogate, as an sbus key with an undecodable byte
+gives) is stored escaped in its string column, and the row's ``escaped`` column lists the
+columns that were (:mod:`.names` has the escape and its inverse).
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ SESSION_EVENTS = (OPEN, LOGIN, AUTH_FAILURE, CLOSE)
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 RECIPIENTS = pa.map_(pa.string(), pa.int32())
+#: ``escaped``: the names of a row's string columns whose value is stored escaped
+ESCAPED = pa.list_(pa.string())
+ESCAPED_DOC = (
+    "the string columns of this row stored escaped, because their value was not valid "
+    "Unicode text (a lone surrogate); null when none (docs/journal.md, names.py)"
+)
 
 
 def _field(name: str, type_: pa.DataType, doc: str, nullable: bool = False) -> pa.Field:
@@ -71,8 +81,9 @@ MESSAGES_SCHEMA = pa.schema(
             "the payload bytes; null unless the broker runs with --journal-payloads",
             nullable=True,
         ),
+        _field("escaped", ESCAPED, ESCAPED_DOC, nullable=True),
     ],
-    metadata={"msgbroker.journal": "messages/2"},
+    metadata={"msgbroker.journal": "messages/3"},
 )
 
 SESSIONS_SCHEMA = pa.schema(
@@ -101,8 +112,9 @@ SESSIONS_SCHEMA = pa.schema(
             "close: why the connection ended; auth_failure: why the login was refused",
             nullable=True,
         ),
+        _field("escaped", ESCAPED, ESCAPED_DOC, nullable=True),
     ],
-    metadata={"msgbroker.journal": "sessions/1"},
+    metadata={"msgbroker.journal": "sessions/2"},
 )
 
 SCHEMAS = {MESSAGES: MESSAGES_SCHEMA, SESSIONS: SESSIONS_SCHEMA}

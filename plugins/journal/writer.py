@@ -4,8 +4,10 @@ No Twisted here. The broker's hooks call :meth:`JournalWriter.message`,
 :meth:`~JournalWriter.run` and :meth:`~JournalWriter.session` in the reactor thread; each
 appends a plain tuple to a list under a lock and returns, so routing never waits on the disk.
 A daemon thread wakes every ``rotate_seconds``, or early when the pending records' estimated
-size reaches ``rotate_bytes``, swaps the lists out, builds Arrow tables (expanding each run
-into its rows there, not in the reactor thread) and writes one segment per table and date.
+size reaches ``rotate_bytes``, swaps the lists out, builds Arrow tables (:mod:`.tables`:
+expanding each run into its rows there, not in the reactor thread; a name that is not valid
+UTF-8 stored escaped; a record that cannot be built at all set aside alone, never costing
+the rest of its batch) and writes one segment per table and date.
 
 A segment becomes visible only complete: it is written under a hidden temporary name in its
 partition directory, fsynced, renamed to its final name, and the directory is fsynced. A
@@ -27,43 +29,20 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from itertools import accumulate
-from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from attrs import frozen
 
-from . import schema
+from . import schema, tables
+from .tables import RunRecord
 
 #: estimated bytes per pending record (its tuple and strings), for the size rotation
 RECORD_OVERHEAD = 100
 
 _log = logging.getLogger("msgbroker.journal")
-_values = methodcaller("values")
-
-
-@frozen(slots=True)
-class RunRecord:
-    """``count`` messages routed at once (``msgbroker_run_routed``), kept as one record until
-    the writer thread writes it. ``payloads()`` gives their payloads, only when the journal
-    keeps payloads (``None`` otherwise); ``dropped`` counts the whole run's slow-consumer
-    drops."""
-
-    ts: int
-    protocol: str
-    sender: str
-    kind: str
-    topic: str
-    count: int
-    payloads: Callable[[], Sequence[bytes]] | None
-    recipients: Mapping[str, int]
-    dropped: int
-    #: the payloads' total size
-    size: int
 
 
 class JournalWriter:
@@ -95,7 +74,8 @@ class JournalWriter:
         self._warn = warn
         #: records dropped because ``max_records`` were pending (or after close)
         self.dropped = 0
-        #: records lost because their segment could not be written
+        #: records lost because their segment could not be written, or because they could
+        #: not be built into a table at all (set aside, the rest of the batch written)
         self.failed = 0
         #: records written, and finalized segment files
         self.written = 0
@@ -118,8 +98,8 @@ class JournalWriter:
         # pyarrow initializes lazily on the first conversion (with pandas installed it
         # imports pandas: half a second holding the GIL). Here, at start, rather than in the
         # thread's first rotation, where it stalled the reactor in the middle of traffic
-        _rows_batch([])
-        _sessions_table([])
+        tables.rows_batch([])
+        tables.sessions_table([])
         self._last_rotation = clock()
         self._thread: threading.Thread | None = None
         if start:
@@ -267,8 +247,8 @@ class JournalWriter:
                     f"journal: dropped {unreported} records: {self.max_records} were pending "
                     f"(the disk does not keep up); {self.dropped} dropped in all"
                 )
-            paths = self._write(schema.MESSAGES, messages, self._messages_table)
-            paths += self._write(schema.SESSIONS, sessions, _sessions_table)
+            paths = self._write(schema.MESSAGES, messages)
+            paths += self._write(schema.SESSIONS, sessions)
         if paths:
             with self._written:
                 self.segments += len(paths)
@@ -327,17 +307,19 @@ class JournalWriter:
                     self.removed.append(entry)
         return last + 1
 
-    def _write(
-        self, table_name: str, records: list[Any], build: Callable[[list[Any]], pa.Table]
-    ) -> list[Path]:
+    def _write(self, table_name: str, records: list[Any]) -> list[Path]:
         if not records:
             return []
-        try:
-            table = build(records)
-        except Exception as e:
-            lost = sum(r.count if isinstance(r, RunRecord) else 1 for r in records)
-            self.failed += lost
-            self._warn(f"journal: cannot build {table_name} segment, {lost} records lost: {e!r}")
+        built = tables.build(table_name, records, self.keep_payloads)
+        if built.set_aside:
+            # only the records that cannot be built on their own: never the whole batch
+            self.failed += built.set_aside
+            self._warn(
+                f"journal: {built.set_aside} {table_name} records cannot be written, left "
+                f"out of the segment: {built.error!r}"
+            )
+        table = built.table
+        if table is None:
             return []
         paths = []
         for day, part in _by_date(table):
@@ -377,117 +359,6 @@ class JournalWriter:
             raise
         _fsync_dir(partition)
         return final
-
-    # -- building tables (in the writer thread) ------------------------------------------------
-
-    def _messages_table(self, records: list[Any]) -> pa.Table:
-        if self.keep_payloads and any(type(record) is not tuple for record in records):
-            return _with_runs(records)  # a row per payload
-        rows = [record if type(record) is tuple else _run_row(record) for record in records]
-        return pa.Table.from_batches([_rows_batch(rows)])
-
-
-def _run_row(run: RunRecord) -> tuple[Any, ...]:
-    """A run as one row: ``count`` messages, their total size, the same recipients each."""
-    return (
-        run.ts, run.protocol, run.sender, run.kind, run.topic, run.size,
-        run.recipients, 0, run.dropped, None, run.count,
-    )  # fmt: skip
-
-
-def _spread(total: int, count: int) -> list[int]:
-    """``total`` split over ``count`` rows as evenly as possible (earlier rows get the rest)."""
-    base, rest = divmod(total, count)
-    return [base + 1] * rest + [base] * (count - rest)
-
-
-def _rows_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
-    # one C-level pass per column (zip(*rows) makes an iterator per row)
-    ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, payload, count = (
-        list(map(itemgetter(i), rows)) for i in range(11)
-    )
-    return pa.RecordBatch.from_arrays(
-        [
-            # int64 first: Python ints straight to a timestamp type take a slow path
-            pa.array(ts, pa.int64()).view(schema.TIMESTAMP),
-            pa.array(protocol, pa.string()),
-            pa.array(sender, pa.string()),
-            pa.array(kind, pa.string()),
-            pa.array(topic, pa.string()),
-            pa.array(count, pa.int32()),
-            pa.array(size, pa.int64()),
-            pa.array(recipients, schema.RECIPIENTS),
-            pa.array(list(map(sum, map(_values, recipients))), pa.int32()),
-            pa.array(skipped, pa.int32()),
-            pa.array(dropped, pa.int32()),
-            pa.array(payload, pa.binary()),
-        ],
-        schema=schema.MESSAGES_SCHEMA,
-    )
-
-
-def _with_runs(records: list[Any]) -> pa.Table:
-    """Messages and runs expanded to a row per message (payloads are kept): the columns a
-    run's rows share are built once per record and repeated by a gather (``take``); only
-    the payload sizes, drops and payloads are per row, by C-level list operations."""
-    heads: list[tuple[Any, ...]] = []
-    counts: list[int] = []
-    sizes: list[int] = []
-    drops: list[int] = []
-    payloads: list[bytes | None] = []
-    for record in records:
-        if type(record) is tuple:
-            heads.append(record)
-            counts.append(1)
-            sizes.append(record[5])
-            drops.append(record[8])
-            payloads.append(record[9])
-            continue
-        assert record.payloads is not None  # a journal that keeps payloads keeps them
-        run = record.payloads()
-        n = len(run)
-        heads.append(
-            (record.ts, record.protocol, record.sender, record.kind, record.topic,
-             0, record.recipients, 0, 0, None, 1)
-        )  # fmt: skip
-        counts.append(n)
-        sizes.extend(map(len, run))
-        drops.extend(_spread(record.dropped, n) if record.dropped and n else [0] * n)
-        payloads.extend(run)
-    shared = pa.Table.from_batches([_rows_batch(heads)])
-    total = len(sizes)
-    offsets = pa.array(list(accumulate(counts, initial=0)), pa.int32())
-    # row -> its record: the parent index of each element of a list per record
-    parents = pc.list_parent_indices(pa.ListArray.from_arrays(offsets, pa.nulls(total)))
-    table = shared.take(parents)
-    for name, column in (
-        ("payload_size", pa.array(sizes, pa.int64())),
-        ("dropped", pa.array(drops, pa.int32())),
-        ("payload", pa.array(payloads, pa.binary())),
-    ):
-        table = table.set_column(
-            table.schema.get_field_index(name), schema.MESSAGES_SCHEMA.field(name), column
-        )
-    return table
-
-
-def _sessions_table(records: list[tuple[Any, ...]]) -> pa.Table:
-    ts, event, protocol, session_id, identity, host, scheme, reason = (
-        list(map(itemgetter(i), records)) for i in range(8)
-    )
-    return pa.Table.from_arrays(
-        [
-            pa.array(ts, pa.int64()).view(schema.TIMESTAMP),
-            pa.array(event, pa.string()),
-            pa.array(protocol, pa.string()),
-            pa.array(session_id, pa.int64()),
-            pa.array(identity, pa.string()),
-            pa.array(host, pa.string()),
-            pa.array(scheme, pa.string()),
-            pa.array(reason, pa.string()),
-        ],
-        schema=schema.SESSIONS_SCHEMA,
-    )
 
 
 def _by_date(table: pa.Table) -> list[tuple[datetime.date, pa.Table]]:

@@ -396,6 +396,7 @@ def test_message_rows_carry_every_column(tmp_path):
             "skipped": 0,
             "dropped": 0,
             "payload": None,
+            "escaped": None,
         },
         {
             "protocol": "ssmp",
@@ -409,6 +410,7 @@ def test_message_rows_carry_every_column(tmp_path):
             "skipped": 2,
             "dropped": 1,
             "payload": None,
+            "escaped": None,
         },
         {
             "protocol": "ssmp",
@@ -422,6 +424,7 @@ def test_message_rows_carry_every_column(tmp_path):
             "skipped": 0,
             "dropped": 0,
             "payload": None,
+            "escaped": None,
         },
     ]
 
@@ -442,6 +445,7 @@ def test_session_rows_carry_every_column(tmp_path):
             "host": "127.0.0.1",
             "scheme": None,
             "reason": None,
+            "escaped": None,
         },
         {
             "event": "auth_failure",
@@ -451,6 +455,7 @@ def test_session_rows_carry_every_column(tmp_path):
             "host": "127.0.0.1",
             "scheme": "secret",
             "reason": "wrong secret",
+            "escaped": None,
         },
     ]
 
