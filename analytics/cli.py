@@ -14,7 +14,9 @@ a ``_run_<action>`` function below and a sub-parser in :func:`add_arguments`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import importlib.util
 import sys
 import threading
 from pathlib import Path
@@ -89,6 +91,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: what the spark extra adds that the jobs import (pyarrow is the broker's own dependency)
+SPARK_EXTRA = ("pyspark", "pandas", "matplotlib")
+
+
+def require_spark_extra() -> None:
+    """:class:`CommandError`, one line, unless every module of the spark extra is installed.
+
+    Called before anything imports them: the report starts importing matplotlib on a thread
+    at once, and a failure there printed that thread's traceback before the error line.
+    The modules are looked up, not imported (that is a second's work the jobs do later,
+    overlapping the JVM's start)."""
+    for name in SPARK_EXTRA:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ImportError:  # a finder that refuses the name outright
+            found = False
+        if not found:
+            raise CommandError(
+                f"the spark extra is not installed (No module named {name!r}): "
+                "pip install 'msgbroker[spark]'"
+            )
+
+
 def _spark_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every Spark action takes."""
     parser.add_argument(
@@ -115,12 +140,11 @@ def start_spark(master: str, sql: bool = True) -> SparkSession | SparkContext:
     ``master`` aside."""
     from .session import JavaMissing, start_context, start_session
 
+    require_spark_extra()
     try:
         import pyspark  # noqa: F401
-    except ImportError as e:
-        raise CommandError(
-            f"the spark extra is not installed ({e}): pip install 'msgbroker[spark]'"
-        )
+    except ImportError as e:  # there, but broken
+        raise CommandError(f"cannot import pyspark ({e}): pip install 'msgbroker[spark]'")
     try:
         return start_session(master) if sql else start_context(master)
     except JavaMissing as e:
@@ -136,15 +160,10 @@ def _running_spark() -> bool:
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
+    require_spark_extra()
     from . import classcache
     from .session import JavaMissing
 
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as e:
-        raise CommandError(
-            f"the spark extra is not installed ({e}): pip install 'msgbroker[spark]'"
-        )
     try:
         done = classcache.prepare(force=args.force)
     except (JavaMissing, classcache.PrepareFailed) as e:
@@ -159,15 +178,23 @@ def _run_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preload() -> None:
+    # only a head start: drawing imports the same again, on the report's own path, where a
+    # failure (a broken matplotlib) is reported, so a thread's traceback would only repeat it
+    with contextlib.suppress(Exception):
+        charts.preload()
+
+
 def _run_report(args: argparse.Namespace) -> int:
     if not args.journal_dir.is_dir():
         raise CommandError(f"{args.journal_dir} is not a directory")
     if args.since and args.until and args.since >= args.until:
         raise CommandError("--since must be before --until")
+    require_spark_extra()  # before the preload thread imports any of it
     # stop Spark afterwards only if this command started it
     ours = not _running_spark()
     # what drawing imports loads meanwhile (the JVM starts in another process)
-    threading.Thread(target=charts.preload, name="preload", daemon=True).start()
+    threading.Thread(target=_preload, name="preload", daemon=True).start()
     spark = start_spark(args.master, sql=False)
     from .report import SkippedFile, run_report
 

@@ -266,12 +266,13 @@ def _check_broker(broker: str, identity: str | None) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the stats query until interrupted (Ctrl-C, SIGTERM) or it fails."""
+    from .cli import require_spark_extra, start_spark
+
+    require_spark_extra()  # before the import of pyspark below
     if not Path(args.journal_dir).is_dir():
         raise CommandError(f"{args.journal_dir} is not a directory")
     _check_broker(args.broker, args.identity)
     from pyspark.errors import StreamingQueryException
-
-    from .cli import start_spark
 
     spark = start_spark(args.master)
     try:
