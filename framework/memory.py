@@ -3,20 +3,27 @@
 Freeing Python objects returns their memory to the allocator, not always to the system:
 glibc keeps freed heap pages for reuse, so after a flood of topics or of slow consumers'
 backlogs the broker's resident size would stay at its peak long after the clients left.
-``malloc_trim(0)`` hands the free pages back. It walks the heap, so it is not called per
-close: :class:`Trimmer` runs it once, shortly after a large release (a slow consumer's
-backlog, a connection with many subscriptions, the topic table rebuilt, many closes).
+``malloc_trim(0)`` hands the free pages back. Before it, a full garbage collection: a
+closed connection's protocol, transport and decoder refer to one another, and the cyclic
+collector's full pass (which frees them, and the caches they hold) is otherwise rare. Both
+cost time, so they are not run per close: :class:`Trimmer` runs them once, shortly after a
+large release (a slow consumer's backlog, a connection with many subscriptions, the topic
+table rebuilt, many closes), and at most every :data:`TRIM_SPACING` seconds.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import os
 from typing import Any
 
 #: a trim follows the first large release by this long, so a burst of closes costs one
 TRIM_DELAY = 1.0
+#: and comes at most this often: its full garbage collection pauses the reactor (tens of
+#: milliseconds), so constant churn must not pay it every second
+TRIM_SPACING = 10.0
 #: closes that count as a large release together
 CLOSES_PER_TRIM = 256
 
@@ -59,13 +66,17 @@ class Trimmer:
         self._clock = clock
         self._call: Any = None
         self._closes = 0
+        self._last: float | None = None
         #: trims done (for tests and the status line)
         self.trims = 0
 
     def released(self) -> None:
         """Something large was freed: trim soon."""
         if self._call is None:
-            self._call = self._clock.callLater(TRIM_DELAY, self._trim)
+            delay = TRIM_DELAY
+            if self._last is not None:
+                delay = max(delay, self._last + TRIM_SPACING - self._clock.seconds())
+            self._call = self._clock.callLater(delay, self._trim)
 
     def closed(self) -> None:
         """A connection closed; many of them add up to a large release."""
@@ -76,7 +87,11 @@ class Trimmer:
     def _trim(self) -> None:
         self._call = None
         self._closes = 0
+        self._last = self._clock.seconds()
         self.trims += 1
+        # a closed connection's protocol, transport and decoder refer to each other, so
+        # they (and the caches they hold) wait for the cyclic collector's rare full pass
+        gc.collect()
         trim()
 
     def cancel(self) -> None:

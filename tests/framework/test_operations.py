@@ -59,6 +59,8 @@ def test_trimmer_trims_once_shortly_after_a_large_release():
     assert trimmer.trims == 1
     trimmer.closed()  # many small closes add up to a large release
     clock.advance(memory.TRIM_DELAY)
+    assert trimmer.trims == 1  # but trims are spaced out
+    clock.advance(memory.TRIM_SPACING - 2 * memory.TRIM_DELAY)
     assert trimmer.trims == 2
     trimmer.released()
     trimmer.cancel()
