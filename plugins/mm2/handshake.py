@@ -24,7 +24,7 @@ from attrs import field, frozen
 
 from msgbroker.errors import RemoteProtocolError
 
-from .frames import ERROR, ErrorFrame, FrameDecoder
+from .frames import DEFAULT_MAX_PAYLOAD, ERROR, LARGE, ErrorFrame, FrameDecoder
 from .properties import (
     FIELD_RE,
     Arguments,
@@ -149,13 +149,15 @@ def encode_handshake(handshake: Handshake) -> bytes:
     return b"".join(parts)
 
 
-def _parse_handshake(buf: bytearray) -> tuple[Handshake, int] | int:
+def _parse_handshake(buf: bytearray, max_size: int | None) -> tuple[Handshake, int] | int:
     """The handshake at the start of ``buf`` as (message, its size), or the number of bytes
-    needed to read further. Fields are checked as soon as they are complete."""
+    needed to read further. Fields are checked as soon as they are complete; the size
+    against ``max_size`` as soon as a length field shows the message must exceed it."""
     size = len(buf)
     if size < 4:
         return 4
     required_at = 4 + buf[3]
+    _check_size(required_at + 4, max_size)  # both list lengths (u16) follow the identity
     if size < required_at:
         return required_at
     identity = ascii_text(bytes(buf[4:required_at]), "identity")
@@ -167,6 +169,7 @@ def _parse_handshake(buf: bytearray) -> tuple[Handshake, int] | int:
         if size < at + 2:
             return at + 2
         end = at + 2 + int.from_bytes(buf[at : at + 2], "big")
+        _check_size(end + 2 if what == "required" else end, max_size)
         if size < end:
             return end
         text = ascii_text(bytes(buf[at + 2 : end]), f"{what} extension list")
@@ -176,6 +179,11 @@ def _parse_handshake(buf: bytearray) -> tuple[Handshake, int] | int:
     return Handshake(identity, required, optional, buf[0], buf[1], buf[2]), at
 
 
+def _check_size(at_least: int, max_size: int | None) -> None:
+    if max_size is not None and at_least > max_size:
+        raise RemoteProtocolError(f"handshake of {at_least} bytes or more (at most {max_size})")
+
+
 class HandshakeDecoder:
     """Incremental parser of one handshake step (or the ERROR frame sent instead).
 
@@ -183,9 +191,15 @@ class HandshakeDecoder:
     or :class:`ErrorFrame`; the bytes after it are in :attr:`trailing_data`, for the next
     decoder (a step-3 one, or the :class:`FrameDecoder`). The version is not checked
     here: :func:`negotiate_minor` does that, so a parser-only test can read major 3.
+
+    ``max_size`` bounds the message (or the ERROR frame) in bytes: a server reads the
+    handshake before any login, so a stranger must not make it hold 128 KiB per connection.
+    A message over it is refused as soon as its length fields show it, before its bytes
+    arrive (None: only the format's own bounds, 255 + 2 x 65535 bytes of fields).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_size: int | None = None) -> None:
+        self._max = max_size
         self._buf = bytearray()
         self._need = 1
         self._frames: FrameDecoder | None = None  # set when the peer sent an ERROR frame
@@ -203,6 +217,8 @@ class HandshakeDecoder:
             result = self._feed(data)
         except RemoteProtocolError as exc:
             self._error = exc
+            self._buf = bytearray()  # nothing more will be read: hold nothing
+            self._frames = None
             raise
         self._result = result
         return result
@@ -215,11 +231,11 @@ class HandshakeDecoder:
         if len(self._buf) < self._need:
             return None
         if self._buf[0] & ERROR:  # not a handshake: the peer refuses and closes
-            frames = self._frames = FrameDecoder()
+            frames = self._frames = FrameDecoder(self._error_max_payload(self._buf[0]))
             frames.receive_data(bytes(self._buf))
             self._buf.clear()
             return self._error_frame(frames)
-        parsed = _parse_handshake(self._buf)
+        parsed = _parse_handshake(self._buf, self._max)
         if isinstance(parsed, int):
             self._need = parsed
             return None
@@ -227,6 +243,13 @@ class HandshakeDecoder:
         self.trailing_data = bytes(self._buf[end:])
         self._buf.clear()
         return handshake
+
+    def _error_max_payload(self, flags: int) -> int:
+        """The ERROR frame's payload bound that keeps the whole frame within ``max_size``
+        (its head: the flags byte and a 1- or 4-byte length)."""
+        if self._max is None:
+            return DEFAULT_MAX_PAYLOAD
+        return max(0, self._max - (5 if flags & LARGE else 2))
 
     def _error_frame(self, frames: FrameDecoder) -> ErrorFrame | None:
         frame = frames.next_event()

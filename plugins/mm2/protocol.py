@@ -12,6 +12,10 @@ Deliveries are encoded once per message for every Micromessage2 recipient
 (:func:`encode_delivery`) with sequence number 0 in the frame; each connection writes its
 own number in (``_deliver``) and applies its flow control (``ack``/``batch-ack`` windows):
 messages beyond the window wait on the connection, bounded by ``--max-backlog``.
+
+Before login a connection holds little: a handshake step (or an ERROR frame sent instead)
+longer than ``prelogin-max-frame`` is refused as soon as its lengths show it. A refused
+login is answered ``login-failure-delay`` late.
 """
 
 from __future__ import annotations
@@ -50,8 +54,12 @@ class MM2ServerProtocol(BrokerProtocol):
     def connectionMade(self) -> None:
         super().connectionMade()  # the session, and the login timer: the handshake's
         factory: Any = self.factory
+        config = self.broker.config
         self.registry: Registry = factory.registry
-        self._handshake: codec.HandshakeDecoder | None = codec.HandshakeDecoder()
+        self._prelogin_max = config.prelogin_max_frame
+        self._handshake: codec.HandshakeDecoder | None = codec.HandshakeDecoder(self._prelogin_max)
+        #: the delayed answer to a refused login (nothing more is read meanwhile)
+        self._refusal: Any = None
         self._hello: codec.Handshake | None = None
         self._reply: codec.Handshake | None = None
         self._frames = codec.FrameDecoder(factory.max_payload)
@@ -90,12 +98,12 @@ class MM2ServerProtocol(BrokerProtocol):
     # -- input --------------------------------------------------------------------------------
 
     def dataReceived(self, data: bytes) -> None:
-        if self._closing:
+        if self._closing or self._refusal is not None:
             return
         try:
             if self._handshake is not None:
                 data = self._handshake_data(data)
-            if self._handshake is None and data:
+            if self._handshake is None and data and self._refusal is None:
                 for frame in self._frames.feed_runs(data):
                     if type(frame) is codec.MessageBatch:
                         self._batch(frame)
@@ -124,10 +132,11 @@ class MM2ServerProtocol(BrokerProtocol):
             self._answer_hello(step)
             if self._closing:
                 return b""
-            self._handshake = codec.HandshakeDecoder()
+            self._handshake = codec.HandshakeDecoder(self._prelogin_max)
             rest = decoder.trailing_data
             return self._handshake_data(rest) if rest else b""
-        self._confirmed(step)
+        if not self._confirmed(step):
+            return b""  # the login was refused: what followed it is never read
         self._handshake = None
         return decoder.trailing_data
 
@@ -149,12 +158,12 @@ class MM2ServerProtocol(BrokerProtocol):
         self._reply = reply
         self.session.reply(codec.encode_handshake(reply))
 
-    def _confirmed(self, confirm: codec.Handshake) -> None:
+    def _confirmed(self, confirm: codec.Handshake) -> bool:
         assert self._hello is not None
         assert self._reply is not None
         active = codec.check_confirm(self._hello, self._reply, confirm, self.registry.names)
         if not self._login(confirm.identity):
-            return
+            return False
         self.active = active
         for ext_id, extension in enumerate(active.extensions, 1):
             spec = self.registry.specs[extension.name]
@@ -164,6 +173,7 @@ class MM2ServerProtocol(BrokerProtocol):
                 self._commands[command] = handler
             if type(handler).incoming is not ExtensionHandler.incoming:
                 self._incoming.append(handler)
+        return True
 
     def _login(self, identity: str) -> bool:
         names = self.peer_certificate_names()
@@ -172,10 +182,27 @@ class MM2ServerProtocol(BrokerProtocol):
         request = LoginRequest("mm2", identity, scheme, None, self.session.host, names)
         result = self.broker.login(self.session, request)
         if not isinstance(result, Accept):
-            self.protocol_error("login refused")
+            self._refuse_login()
             return False
         self.logged_in()
         return True
+
+    def _refuse_login(self) -> None:
+        """Answer a refused login ``login-failure-delay`` late, so that one connection
+        cannot try identities fast (the throttle counts failures per address; this paces
+        each connection). Meanwhile nothing is read, and the login timeout is off: the
+        refusal closes the connection anyway."""
+        if self._login_timer is not None and self._login_timer.active():
+            self._login_timer.cancel()
+        self._login_timer = None
+        delay = self.broker.config.login_failure_delay
+        if delay > 0:
+            self._refusal = self.clock.callLater(delay, self._login_refused)
+        else:
+            self._login_refused()
+
+    def _login_refused(self) -> None:
+        self.protocol_error("login refused", reason="login refused")
 
     def _frame(self, frame: codec.Frame) -> None:
         kind = type(frame)
@@ -384,13 +411,14 @@ class MM2ServerProtocol(BrokerProtocol):
 
     # -- errors and closing -------------------------------------------------------------------
 
-    def protocol_error(self, text: str) -> None:
-        """An ERROR frame with ``text``, then close (DECISIONS.md)."""
+    def protocol_error(self, text: str, reason: str | None = None) -> None:
+        """An ERROR frame with ``text``, then close (DECISIONS.md); the session's close
+        ``reason`` is ``protocol error: TEXT`` unless given."""
         if self._closing:
             return
         log.debug("mm2 {host}: {text}", host=self.session.host, text=text)
         self.session.reply(codec.encode_frame(codec.ErrorFrame(text[:1000])))
-        self.session.close(f"protocol error: {text}")
+        self.session.close(reason or f"protocol error: {text}")
 
     def _refused_by_peer(self, text: str) -> None:
         log.debug("mm2 {host}: the client sent ERROR {text!r}", host=self.session.host, text=text)
@@ -410,6 +438,8 @@ class MM2ServerProtocol(BrokerProtocol):
 
     def connectionLost(self, reason: Any = None) -> None:
         self._closing = True
+        if self._refusal is not None and self._refusal.active():
+            self._refusal.cancel()
         for handler in self.handlers.values():
             handler.closed()
         super().connectionLost(reason)
