@@ -15,7 +15,8 @@ messages beyond the window wait on the connection, bounded by ``--max-backlog``.
 
 Before login a connection holds little: a handshake step (or an ERROR frame sent instead)
 longer than ``prelogin-max-frame`` is refused as soon as its lengths show it. A refused
-login is answered ``login-failure-delay`` late.
+login is answered ``login-failure-delay`` late. Micromessage2 has no heartbeat, so dead
+peers are found by TCP keepalive (:mod:`.keepalive`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from . import codec
 from .delivery import encode_delivery, extension_frame, messages, numbered, type_marker
 from .extensions import ExtensionContext, ExtensionHandler, Registry
 from .frames import CONTINUED, EXTENSION, LARGE
+from .keepalive import set_tcp_keepalive
 
 log = Logger(namespace="msgbroker.mm2")
 
@@ -55,6 +57,8 @@ class MM2ServerProtocol(BrokerProtocol):
         super().connectionMade()  # the session, and the login timer: the handshake's
         factory: Any = self.factory
         config = self.broker.config
+        # no heartbeat in the protocol: the kernel probes a silent peer (docs/mm2.md)
+        set_tcp_keepalive(self.transport, config.keepalive)
         self.registry: Registry = factory.registry
         self._prelogin_max = config.prelogin_max_frame
         self._handshake: codec.HandshakeDecoder | None = codec.HandshakeDecoder(self._prelogin_max)
@@ -429,12 +433,14 @@ class MM2ServerProtocol(BrokerProtocol):
         super().close_connection(reason)
 
     def send_keepalive(self) -> None:
-        """Micromessage2 has no heartbeat: an idle connection stays open."""
+        """Micromessage2 has no heartbeat: TCP keepalive finds dead peers instead."""
 
     def logged_in(self) -> None:
         if self._login_timer is not None and self._login_timer.active():
             self._login_timer.cancel()
-        self._login_timer = None  # no keepalive: the protocol has none
+        # no idle timer: a healthy Micromessage2 peer may be silent for hours, and the
+        # protocol has no ping to tell it from a dead one (TCP keepalive does that)
+        self._login_timer = None
 
     def connectionLost(self, reason: Any = None) -> None:
         self._closing = True
