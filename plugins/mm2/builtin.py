@@ -46,12 +46,15 @@ class PubSub(ExtensionHandler):
         if broker.authorizes and not broker.authorize(session, "subscribe", topic):
             raise RemoteProtocolError(f"not allowed to subscribe to {topic[:40]!r}")
         try:
-            hub.subscribe(session, topic, filters=request.filters, queue=request.queue)
-        except AlreadySubscribed:  # the new subscription replaces the old one
-            hub.unsubscribe(session, topic)
-            hub.subscribe(session, topic, filters=request.filters, queue=request.queue)
+            try:
+                hub.subscribe(session, topic, filters=request.filters, queue=request.queue)
+            except AlreadySubscribed:  # the new subscription replaces the old one
+                hub.unsubscribe(session, topic)
+                hub.subscribe(session, topic, filters=request.filters, queue=request.queue)
         except NotAllowed as e:
-            raise RemoteProtocolError(str(e)) from None
+            # a limit (LimitExceeded) or the hub's own refusal: the "not allowed" ERROR,
+            # then the close, as for an authorization refusal (docs/mm2.md, "Limits")
+            raise RemoteProtocolError(f"not allowed to subscribe to {topic[:40]!r}: {e}") from None
 
 
 class Acks(ExtensionHandler):
