@@ -31,8 +31,19 @@ from .message import Message
 #: bytes of messages a group holds while none of its members has room (``mm2-queue-backlog``);
 #: past it the oldest are dropped (and counted)
 DEFAULT_QUEUE_BACKLOG = 16 << 20
-#: what holding a message costs beyond its payload (the Message object, its slot)
+#: what holding a message costs beyond its payload and frames (the Message object, its slot)
 MESSAGE_OVERHEAD = 200
+
+
+def held_cost(message: Message) -> int:
+    """What keeping ``message`` costs: its payload, the frames already encoded for it (the
+    members' protocol encodes it before it is kept, and the memo keeps that frame as long
+    as the message lives: for a Micromessage2 member as large as the payload again), and
+    :data:`MESSAGE_OVERHEAD`."""
+    payload = message.payload
+    # a frame that is the payload object itself (an encoder passing it through) costs nothing
+    frames = sum(len(f) for f in message._memo.values() if type(f) is bytes and f is not payload)
+    return len(payload) + frames + MESSAGE_OVERHEAD
 
 
 @define(eq=False)
@@ -47,13 +58,16 @@ class QueueGroup:
     backlog: deque[Message] = field(factory=deque)
     #: bound on ``backlog_bytes``
     limit: int = DEFAULT_QUEUE_BACKLOG
-    #: what ``backlog`` holds: payload bytes plus :data:`MESSAGE_OVERHEAD` per message
+    #: what ``backlog`` holds: each message's :func:`held_cost` when it was kept
     backlog_bytes: int = 0
     #: called with the number of messages dropped from a full (or abandoned) backlog
     on_drop: Callable[[int], None] | None = None
     #: called with (member, message) for each message a member takes
     on_deliver: Callable[[Any, Message], None] | None = None
     _turn: int = 0  # where the round-robin resumes
+    #: ``held_cost`` of each message of ``backlog``, in step with it: a message's memo may
+    #: grow while it waits, and what is taken off must be what was added
+    _costs: deque[int] = field(factory=deque)
 
     def add(self, peer: Any, filters: tuple[Filter, ...] = ()) -> int:
         """A new member; it may take waiting messages at once (returns how many)."""
@@ -65,6 +79,7 @@ class QueueGroup:
         if not self.members and self.backlog:
             self._dropped(len(self.backlog))  # nobody is left to take them
             self.backlog.clear()
+            self._costs.clear()
             self.backlog_bytes = 0
 
     def offer(self, message: Message, sender: Any = None) -> int:
@@ -112,8 +127,10 @@ class QueueGroup:
         if peer is None:
             if self._matching(message, sender):
                 if keep_first:
+                    cost = held_cost(message)
                     self.backlog.appendleft(message)
-                    self.backlog_bytes += len(message.payload) + MESSAGE_OVERHEAD
+                    self._costs.appendleft(cost)
+                    self.backlog_bytes += cost
                 else:
                     self._keep(message)
             return 0
@@ -141,15 +158,17 @@ class QueueGroup:
         return any(_takes(p, f, message, sender) for p, f in self.members.items())
 
     def _keep(self, message: Message) -> None:
+        cost = held_cost(message)
         self.backlog.append(message)
-        self.backlog_bytes += len(message.payload) + MESSAGE_OVERHEAD
+        self._costs.append(cost)
+        self.backlog_bytes += cost
         while self.backlog_bytes > self.limit and len(self.backlog) > 1:
             self._take_first()
             self._dropped(1)
 
     def _take_first(self) -> Message:
         message = self.backlog.popleft()
-        self.backlog_bytes -= len(message.payload) + MESSAGE_OVERHEAD
+        self.backlog_bytes -= self._costs.popleft()
         return message
 
     def _dropped(self, count: int) -> None:
