@@ -42,6 +42,10 @@ log = Logger(namespace="msgbroker.mm2")
 
 #: the identity our handshake reply gives
 SERVER_IDENTITY = "msgbroker"
+#: what holding a message for a full ack window costs beyond its frames (the bytes
+#: object, the tuple, the deque slot): counted so that a flood of tiny messages is bounded
+#: by the memory it takes, not by its frame bytes alone
+HELD_OVERHEAD = 100
 
 
 # -- the protocol ----------------------------------------------------------------------------------
@@ -307,18 +311,41 @@ class MM2ServerProtocol(BrokerProtocol):
             if numbered is not None:
                 self._write(numbered)
                 return
+        pieces = messages(data) if queued is None else (data,)
         if self._cut_off:
-            self.session.stats.dropped += 1
+            self._dropped(len(pieces))
             return
-        for piece in messages(data) if queued is None else (data,):
-            self._held.append((piece, queued))
-            self._held_bytes += len(piece)
+        held = self._held
+        for piece in pieces:
+            held.append((piece, queued))
+            self._held_bytes += len(piece) + HELD_OVERHEAD
         self._release()
-        if self._held_bytes > self.broker.config.max_backlog:  # what the window keeps back
-            self._cut_off = True
-            self.session.stats.dropped += len(self._held)
-            # not now: the hub may be iterating over the recipients this close removes
-            self.clock.callLater(0, self.session.close, "slow consumer")
+        policy = self.session.policy
+        if self._held_bytes <= policy.max_backlog:  # what the window keeps back
+            return
+        if policy.drop:  # --slow-consumer drop: the newest that do not fit are discarded
+            count = 0
+            while self._held_bytes > policy.max_backlog and held and held[-1][1] is None:
+                self._held_bytes -= len(held.pop()[0]) + HELD_OVERHEAD
+                count += 1
+            self._dropped(count)
+            return
+        self._cut_off = True
+        # queue messages among them go back to their group when the connection is lost
+        self._dropped(sum(1 for _piece, q in held if q is None))
+        # not now: the hub may be iterating over the recipients this close removes
+        self.clock.callLater(0, self.session.close, "slow consumer")
+
+    def _dropped(self, count: int) -> None:
+        """``count`` deliveries discarded by the slow-consumer policy: counted as the
+        session counts its own (hub stats, the session, the broker's rate-limited log)."""
+        if not count:
+            return
+        session = self.session
+        session.stats.dropped += count
+        session.dropped += count
+        if session.on_dropped is not None:
+            session.on_dropped(session, count)
 
     def _deliver_queued(self, frame: bytes, message: Message, group: Any) -> None:
         self._deliver(frame, (message, group) if self.window is not None else None)
@@ -358,7 +385,8 @@ class MM2ServerProtocol(BrokerProtocol):
         return bytes(out)
 
     def _ready(self) -> bool:
-        return not self._held and self._has_room()
+        # a connection about to be closed takes no queue message: another member should
+        return not self._held and self._has_room() and not self._cut_off
 
     def _has_room(self) -> bool:
         return self.window is None or len(self.unacked) < self.window
@@ -393,7 +421,11 @@ class MM2ServerProtocol(BrokerProtocol):
 
     def _release(self) -> None:
         """Send held messages while the window has room: consecutive plain ones (not from
-        a queue group) joined and numbered in one pass, the others one by one."""
+        a queue group) joined and numbered in one pass, the others one by one. Nothing
+        once cut off: those were counted as dropped, and queue messages among them go back
+        to their group when the connection is lost."""
+        if self._cut_off:
+            return
         held, window, unacked = self._held, self.window, self.unacked
         while held and (window is None or len(unacked) < window):
             room = None if window is None else window - len(unacked)
@@ -402,10 +434,10 @@ class MM2ServerProtocol(BrokerProtocol):
                 take.append(held.popleft()[0])
             if not take:
                 piece, queued = held.popleft()
-                self._held_bytes -= len(piece)
+                self._held_bytes -= len(piece) + HELD_OVERHEAD
                 self._send_numbered(piece, queued)
                 continue
-            self._held_bytes -= sum(map(len, take))
+            self._held_bytes -= sum(map(len, take)) + HELD_OVERHEAD * len(take)
             numbered = self._number_all(b"".join(take), room)
             if numbered is not None:
                 self._write(numbered)
