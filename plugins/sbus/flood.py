@@ -26,11 +26,17 @@ configured bound (bytes of memory: each packet counts its length plus
 which is what sbus.txt asks of ``random``; equal sizes go oldest first.
 
 Nothing here blocks the bus: a slow client only ever costs its own backlog, its own
-packets, or (with ``block``) the reading of the publishers that feed it.
+packets, or (with ``block``) the reading of the publishers that feed it — and that for
+at most ``block_timeout`` seconds per stall (a stall lasts until the backlog is empty
+again). Then the client's fallback applies at once: its hard policy, or the broker's when
+that is ``block`` (``fallback``): ``error`` disconnects it; ``discard`` lets the paused
+publishers go and, for the rest of that stall, drops every packet that would have paused
+one. Without a bound (``block_timeout`` None, the clients' side) ``block`` waits for ever.
 
 No Twisted here: the outbox writes through a ``send`` callable with the semantics of
-``socket.send`` on a non-blocking socket (``BlockingIOError`` when full), and asks for
-write readiness through ``want_writable(bool)``.
+``socket.send`` on a non-blocking socket (``BlockingIOError`` when full), asks for write
+readiness through ``want_writable(bool)``, and times a stall with ``call_later(seconds,
+f)`` (``reactor.callLater``: the result has ``cancel()``).
 """
 
 from __future__ import annotations
@@ -109,7 +115,9 @@ class Outbox:
 
     ``max_bytes`` bounds the backlog. ``on_error(reason)`` disconnects the client.
     ``source()`` returns the :class:`Throttle` of the publisher whose message is being
-    delivered now, or None.
+    delivered now, or None. ``block_timeout``, ``call_later`` and ``fallback`` bound how
+    long ``block`` may pause publishers (all three set, or ``block`` is unbounded);
+    ``on_dropped(count)`` is told of every packet dropped.
     """
 
     def __init__(
@@ -136,6 +144,15 @@ class Outbox:
         self.dropped = 0
         self.closed = False
         self._holding: set[Throttle] = set()
+        self.block_timeout: float | None = None
+        self.call_later: Callable[[float, Callable[[], None]], Any] | None = None
+        #: the hard policy that replaces ``block`` once a stall outlasts block_timeout
+        self.fallback = "error"
+        self.on_dropped: Callable[[int], None] | None = None
+        #: the pending call that ends this stall's blocking, while publishers are paused
+        self._deadline: Any = None
+        #: this stall outlasted block_timeout: nothing may pause a publisher until drained
+        self._expired = False
         self.reorder()
 
     def __len__(self) -> int:
@@ -180,7 +197,7 @@ class Outbox:
         if soft == "queue":
             self._keep(packet, hold=False)
         elif soft == "discard":
-            self.dropped += 1
+            self._drop()
         elif soft == "block":
             self._keep(packet, hold=True)
         else:
@@ -191,15 +208,20 @@ class Outbox:
         if self.backlog + size > self.max_bytes:
             hard = self.policy.hard
             if hard == "discard":
-                self.dropped += 1
+                self._drop()
                 return
             if hard == "error":
                 self._error("backlog over its bound (blocking/hard/error)")
                 return
             hold = True  # hard/block: keep it, and stop its publisher
         if hold:
+            if self._expired:  # it may pause nobody until drained: the fallback drops it
+                self._drop()
+                return
             throttle = self._source()
             if throttle is not None and throttle not in self._holding:
+                if not self._holding:
+                    self._start_deadline()
                 self._holding.add(throttle)
                 throttle.hold(self)
         if not self.backlog:
@@ -245,6 +267,7 @@ class Outbox:
             self._failed()
             return
         self._want_writable(False)
+        self._expired = False  # the stall is over: the next one may block again
         self._release()
 
     def reorder(self) -> None:
@@ -261,9 +284,37 @@ class Outbox:
             self._waiting.extend(p for _, _, p in sorted(self._heap, key=lambda e: e[1]))
             self._heap = None
 
+    # -- bounding block -------------------------------------------------------------------
+
+    def _start_deadline(self) -> None:
+        """A stall starts pausing publishers: they wait at most block_timeout."""
+        if self.block_timeout is not None and self.call_later is not None:
+            self._deadline = self.call_later(self.block_timeout, self._block_expired)
+
+    def _block_expired(self) -> None:
+        self._deadline = None
+        if self.closed or not self._holding:
+            return
+        hard = self.policy.hard
+        fallback = self.fallback if hard == "block" else hard
+        if fallback == "error":
+            self._error(f"paused its publishers for {self.block_timeout:g} s (blocking/*/block)")
+            return
+        # discard: the publishers go on now; until this backlog is empty nothing is held
+        self._expired = True
+        self._release()
+
+    def _drop(self) -> None:
+        self.dropped += 1
+        if self.on_dropped is not None:
+            self.on_dropped(1)
+
     # -- ends ------------------------------------------------------------------------------
 
     def _release(self) -> None:
+        deadline, self._deadline = self._deadline, None
+        if deadline is not None:
+            deadline.cancel()
         holding, self._holding = self._holding, set()
         for throttle in holding:
             throttle.release(self)

@@ -62,10 +62,14 @@ def throttle_of(session: Any) -> Throttle | None:
             return None
 
         def paused() -> None:
+            # the broker stopped reading this peer: its keepalive must not take the
+            # silence for a dead peer (framework/connection.py IdleTimer reads this)
+            session.reading_held = True
             if session.close_reason is None:
                 pause()
 
         def resumed() -> None:
+            session.reading_held = False
             if session.close_reason is None:
                 resume()
 
@@ -103,8 +107,14 @@ class SbusServerProtocol(Protocol):
         session.send = transport.outbox.offer
         session.data["sbus.credentials"] = credentials
         outbox = transport.outbox
-        outbox.policy.hard = "discard" if self.broker.policy.drop else "error"
-        outbox.max_bytes = self.broker.policy.max_backlog
+        broker = self.broker
+        # the broker's slow-consumer policy is the default hard policy, and what replaces
+        # block once a stall outlasts block-timeout: one slow client never blocks the bus
+        outbox.policy.hard = outbox.fallback = "discard" if broker.policy.drop else "error"
+        outbox.max_bytes = broker.policy.max_backlog
+        outbox.block_timeout = broker.config.block_timeout
+        outbox.call_later = broker.reactor.callLater
+        outbox.on_dropped = self._dropped
 
     # -- packets -----------------------------------------------------------------------------
 
@@ -277,12 +287,22 @@ class SbusServerProtocol(Protocol):
         self.session.close("not authorized")
 
     def flood_error(self, reason: str) -> None:
-        """The outbox gave up on this client (``blocking/*/error``)."""
-        log.info(
+        """The outbox gave up on this client (``blocking/*/error``, or a ``block`` that
+        outlasted block-timeout); the broker logs the slow consumer's close."""
+        log.debug(
             "sbus client {identity} disconnected: {reason}", identity=self.identity, reason=reason
         )
-        self.session.stats.dropped += 1
-        self.session.close("slow consumer")
+        session = self.session
+        session.stats.dropped += 1
+        session.dropped += 1
+        session.close("slow consumer")
+
+    def _dropped(self, count: int) -> None:
+        """The outbox dropped ``count`` deliveries to this client (its flood control)."""
+        session = self.session
+        session.stats.dropped += count
+        session.dropped += count
+        self.broker.slow_consumer_dropped(session, count)
 
     def _close(self, reason: str) -> None:
         transport: Any = self.transport

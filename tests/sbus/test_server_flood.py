@@ -21,7 +21,9 @@ BOUND = 64 * 1024
 
 @pytest.fixture
 def bus() -> Iterator[Bus]:
-    with running_bus(max_backlog=BOUND) as bus:
+    # block pauses here last until the slow client reads (what these tests are about),
+    # however busy the machine; test_server_block_timeout.py checks the bound on it
+    with running_bus(max_backlog=BOUND, block_timeout=3600) as bus:
         yield bus
 
 
