@@ -212,7 +212,10 @@ class Broker(Server):
             python, "-c", "from twisted.scripts.twistd import run; run()",
             "-n", "--pidfile=", "msgbroker",
             *[arg for name in listeners for arg in ("--listen", f"{name}=tcp:0:interface={HOST}")],
-            "--auth", "open", *extra,
+            "--auth", "open",
+            # scenario 5 opens 10,000 connections from one address: past the defaults
+            "--max-connections", "0", "--max-connections-per-address", "0",
+            *extra,
         ]
         self.argv = argv
         self.proc = spawn(argv, log=log, cpus=cpus)
