@@ -108,6 +108,7 @@ def messages(rng: np.random.Generator, n: int, n_topics: int, n_senders: int) ->
         "skipped": pa.array(skipped),
         "dropped": pa.array(dropped),
         "payload": pa.nulls(n, pa.binary()),
+        "escaped": pa.nulls(n, pa.list_(pa.string())),  # every generated name is UTF-8
     }
     return pa.Table.from_pydict(columns, schema=MESSAGES_SCHEMA)
 
