@@ -6,13 +6,17 @@ client): through a real broker and real sockets, its publishers are paused for a
 
 from __future__ import annotations
 
+import os
+import socket
+import ssl
 import threading
 from collections.abc import Callable
 
 import pytest
 
+from tests.certs import make_pki
 from tests.sbus.server_support import Bus, RawClient, running_bus
-from tests.ssmp.e2e_support import WAIT
+from tests.ssmp.e2e_support import WAIT, running_broker
 
 PAYLOAD = b"p" * 1000
 COUNT = 2000  # ~2 MB: far past what the kernel queues for a client that does not read
@@ -103,3 +107,46 @@ def test_with_slow_consumer_drop_the_blocker_stays_and_loses_only_its_own_messag
         slow.send(b"MSG bt2\0after")
         assert healthy.sync() == [b"MSG bt2\0after"]
         assert slow.sync() == [b"MSG bt2\0after"]
+
+
+def test_a_tls_publisher_is_paused_under_its_tls_layer_and_resumed_after_the_timeout(tmp_path):
+    # the throttle pauses the TCP transport under TLS (Twisted's TLS transport hands
+    # pauseProducing to it); were the publisher never paused, no block deadline would
+    # start and the blocker would never be cut (its bound is 16 MiB, the burst 2 MB)
+    pki = make_pki(tmp_path)
+    path = os.path.join(tmp_path, "bus")
+    with running_broker(
+        ("ssmp=tls:0:interface=127.0.0.1", f"sbus=unix:{path}"),
+        auth=("open",),
+        tls_cert=str(pki.server.cert),
+        tls_key=str(pki.server.key),
+        block_timeout=0.2,
+    ) as broker:
+        bus = Bus(broker, path)
+        try:
+            slow = blocker(bus)
+            healthy = bus.client()
+            healthy.send(b"SUB bt3")
+            healthy.sync()
+            context = ssl.create_default_context(cafile=str(pki.ca.cert_path))
+            raw = socket.create_connection((broker.host, broker.port), timeout=WAIT)
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                reader = tls.makefile("rb")
+                tls.sendall(b"LOGIN tls-pub open\n")
+                assert reader.readline() == b"200\n"
+
+                def burst() -> None:
+                    lines = (b"MCAST bt3 %06d%s\n" % (i, PAYLOAD) for i in range(COUNT))
+                    tls.sendall(b"".join(lines))
+
+                publish = finishes(burst)
+                for i in range(COUNT):
+                    healthy.expect(b"MSG bt3\0%06d%s" % (i, PAYLOAD))
+                publish.join(WAIT)
+                assert not publish.is_alive() and publish.failures == []  # type: ignore[attr-defined]
+                for _ in range(COUNT):
+                    assert reader.readline() == b"200\n"
+            assert slow.closed_by_server()
+        finally:
+            for client in bus.clients:
+                client.close()
