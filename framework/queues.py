@@ -20,7 +20,7 @@ offers each to the remaining members (or keeps it in the backlog).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from attrs import define, field
@@ -101,6 +101,34 @@ class QueueGroup:
             self._dropped(1)  # nobody left who would take it
             return 0
         return self._deliver(message, None, keep_first=True)
+
+    def redeliver_all(self, messages: Iterable[Message]) -> int:
+        """Several messages a member received but never acknowledged, oldest first: offered
+        to the others in that order; once one has to wait, the rest wait behind it, all
+        ahead of the backlog's newer messages (one :meth:`redeliver` each would reverse
+        them). Past the bound the oldest waiting messages are dropped, as for any other."""
+        delivered = 0
+        waiting: list[Message] = []
+        for message in messages:
+            if not self._matching(message, None):
+                self._dropped(1)
+                continue
+            if not waiting:
+                peer = self._pick(message, None)
+                if peer is not None:
+                    _deliver_to(peer, message, self)
+                    delivered += 1
+                    continue
+            waiting.append(message)
+        for message in reversed(waiting):
+            cost = held_cost(message)
+            self.backlog.appendleft(message)
+            self._costs.appendleft(cost)
+            self.backlog_bytes += cost
+        while self.backlog_bytes > self.limit and len(self.backlog) > 1:
+            self._take_first()
+            self._dropped(1)
+        return delivered
 
     def drain(self) -> int:
         """Deliver waiting messages while some member has room; returns how many went."""

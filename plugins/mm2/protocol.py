@@ -486,5 +486,8 @@ class MM2ServerProtocol(BrokerProtocol):
         pending += [q for _piece, q in self._held if q is not None]
         self.unacked.clear()
         self._held.clear()
-        for message, group in pending:
-            self.hub.stats.delivered += group.redeliver(message)
+        by_group: dict[Any, list[Any]] = {}
+        for message, group in pending:  # oldest first, kept in order per group
+            by_group.setdefault(group, []).append(message)
+        for group, messages in by_group.items():
+            self.hub.stats.delivered += group.redeliver_all(messages)

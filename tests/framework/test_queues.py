@@ -388,3 +388,35 @@ def test_the_byte_count_is_exact_under_any_sequence_and_a_kept_message_restores_
         group = topic.queues.get("g") if topic is not None and topic.queues else None
         if group is not None:
             assert group.backlog_bytes == cost(*(m.payload for m in group.backlog))
+
+
+def test_several_redelivered_messages_keep_their_order_ahead_of_newer_ones():
+    hub = Hub()
+    pub = publisher(hub)
+    a, b = joined(hub, "a", window=3), joined(hub, "b", window=1)
+    for i in range(5):
+        publish(hub, pub, b"%d" % i)  # a: 0, 2, 3; b: 1; 4 waits
+    assert [m.payload for m, _ in a.unacked] == [b"0", b"2", b"3"]
+    group = a.unacked[0][1]
+    messages = [m for m, _ in a.unacked]
+    hub.close(a)
+    assert group.redeliver_all(messages) == 0  # b has no room: all three wait, in order
+    for _ in range(4):
+        b.ack_all()
+        hub.ready(b)
+    assert b.sent == [b"1", b"0", b"2", b"3", b"4"]
+    assert group.backlog_bytes == 0
+
+
+def test_redelivered_messages_go_straight_to_a_member_with_room_in_order():
+    hub = Hub()
+    pub = publisher(hub)
+    a, b = joined(hub, "a", window=2), joined(hub, "b", window=10)
+    publish(hub, pub, b"0")  # a
+    publish(hub, pub, b"1")  # b
+    publish(hub, pub, b"2")  # a
+    messages = [m for m, _ in a.unacked]
+    group = a.unacked[0][1]
+    hub.close(a)
+    assert group.redeliver_all(messages) == 2
+    assert b.sent == [b"1", b"0", b"2"]
