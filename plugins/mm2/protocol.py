@@ -489,5 +489,5 @@ class MM2ServerProtocol(BrokerProtocol):
         by_group: dict[Any, list[Any]] = {}
         for message, group in pending:  # oldest first, kept in order per group
             by_group.setdefault(group, []).append(message)
-        for group, messages in by_group.items():
-            self.hub.stats.delivered += group.redeliver_all(messages)
+        for group, unacknowledged in by_group.items():
+            self.hub.stats.delivered += group.redeliver_all(unacknowledged)
