@@ -43,57 +43,61 @@ class OutputBudget:
     """The bytes queued for *all* slow consumers together (``max-output``).
 
     A per-connection bound alone lets many slow readers take all memory (100 of them at
-    16 MiB each is 1.6 GB). Members are the sessions (and other outboxes) currently
-    holding a backlog; each reports its backlog as it grows. When a new frame would take
-    the total past ``limit``, the largest backlogs are cut first, each by its own policy:
-    one that disconnects is closed (its memory comes back), one that drops keeps what it
-    has but takes nothing more until it drains. If the one asking is (now) the largest,
-    it is refused, and its own policy applies. ``limit`` 0: no global bound.
+    16 MiB each is 1.6 GB). Members are the sessions (and sbus outboxes) currently
+    holding a backlog; each reports its backlog as it changes (:meth:`update`). When a
+    new frame would take the total past ``limit``, the largest backlogs are cut first,
+    each by its own policy: one that disconnects is closed (its memory comes back), one
+    that drops keeps what it has but takes nothing more while the budget is spent. If the
+    one asking is (now) the largest, it is refused, and its own policy applies. ``limit``
+    0: no global bound.
 
-    A member provides ``backlog`` (what it last reported), ``measure()`` (what is really
-    still queued, which may be less: a consumer drains while paused) and ``cut()``
-    (apply its policy; True when that released its backlog).
+    A member provides ``measure()`` (what it really still queues, which may be less than
+    it last reported: a consumer drains while paused) and ``cut()`` (apply its policy;
+    True when that released its backlog).
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.total = 0
-        self.members: dict[Any, None] = {}
+        #: member -> the backlog it last reported
+        self.members: dict[Any, int] = {}
         #: cuts made to stay within the limit (disconnects and refusals)
         self.cuts = 0
 
     def update(self, member: Any, backlog: int) -> None:
         """``member``'s backlog is now ``backlog`` bytes (0: it drained or left)."""
-        self.total += backlog - member.backlog
-        member.backlog = backlog
+        members = self.members
+        self.total += backlog - members.get(member, 0)
         if backlog:
-            self.members[member] = None
+            members[member] = backlog
         else:
-            self.members.pop(member, None)
+            members.pop(member, None)
 
     def admits(self, member: Any, backlog: int) -> bool:
         """Whether ``member`` may grow its backlog to ``backlog`` bytes; makes room by
         cutting larger backlogs first. False: ``member`` itself must be cut."""
         limit = self.limit
-        if not limit or self.total - member.backlog + backlog <= limit:
+        current = self.members.get(member, 0)
+        if not limit or self.total - current + backlog <= limit:
             return True
         # over the budget (rare): largest first, measured afresh, since a backlog shrinks
         # while its peer reads without us writing to it
-        for other in sorted(self.members, key=_backlog, reverse=True):
-            if other is member or other.backlog < backlog:
+        for other, held in sorted(self.members.items(), key=_held, reverse=True):
+            if other is member or held < backlog:
                 break
-            self.update(other, other.measure())
-            if other.backlog >= backlog and other.cut():
+            measured = other.measure()
+            self.update(other, measured)
+            if measured >= backlog and other.cut():
                 self.cuts += 1
                 self.update(other, 0)
-            if self.total - member.backlog + backlog <= limit:
+            if self.total - current + backlog <= limit:
                 return True
         self.cuts += 1
         return False
 
 
-def _backlog(member: Any) -> int:
-    return int(member.backlog)
+def _held(item: tuple[Any, int]) -> int:
+    return item[1]
 
 
 @implementer(IPushProducer)
@@ -213,16 +217,14 @@ class Session:
             if not budget.admits(self, backlog):
                 return False
             budget.update(self, backlog)
-        else:
-            self.backlog = backlog
+        self.backlog = backlog
         self.transport.write(frame)
         return True
 
     def _set_backlog(self, backlog: int) -> None:
+        self.backlog = backlog
         if self.budget is not None:
             self.budget.update(self, backlog)
-        else:
-            self.backlog = backlog
 
     def cut(self) -> bool:
         """The broker's output budget is spent and this is the largest backlog: apply the
@@ -269,8 +271,7 @@ class Session:
 
     def left_budget(self) -> None:
         """This session holds no backlog any more (closed)."""
-        if self.backlog:
-            self._set_backlog(0)
+        self._set_backlog(0)
 
     def kick(self, reason: str) -> None:
         """The hub closes this session: its identity logged in elsewhere."""

@@ -149,6 +149,8 @@ class Outbox:
         #: the hard policy that replaces ``block`` once a stall outlasts block_timeout
         self.fallback = "error"
         self.on_dropped: Callable[[int], None] | None = None
+        #: the broker's bound on all slow consumers together (an OutputBudget), if any
+        self.budget: Any = None
         #: the pending call that ends this stall's blocking, while publishers are paused
         self._deadline: Any = None
         #: this stall outlasted block_timeout: nothing may pause a publisher until drained
@@ -205,7 +207,10 @@ class Outbox:
 
     def _keep(self, packet: bytes, hold: bool) -> None:
         size = len(packet) + PACKET_OVERHEAD
-        if self.backlog + size > self.max_bytes:
+        budget = self.budget
+        if self.backlog + size > self.max_bytes or (
+            budget is not None and not budget.admits(self, self.backlog + size)
+        ):
             hard = self.policy.hard
             if hard == "discard":
                 self._drop()
@@ -227,6 +232,8 @@ class Outbox:
         if not self.backlog:
             self._want_writable(True)
         self.backlog += size
+        if budget is not None:
+            budget.update(self, self.backlog)
         heap = self._heap
         if heap is not None:
             self._arrivals += 1
@@ -262,10 +269,14 @@ class Outbox:
                         raise
                     self.backlog -= len(packet) + PACKET_OVERHEAD
         except BlockingIOError:
+            if self.budget is not None:
+                self.budget.update(self, self.backlog)
             return
         except OSError:
             self._failed()
             return
+        if self.budget is not None:
+            self.budget.update(self, 0)
         self._want_writable(False)
         self._expired = False  # the stall is over: the next one may block again
         self._release()
@@ -304,6 +315,21 @@ class Outbox:
         self._expired = True
         self._release()
 
+    # -- the broker's output budget (msgbroker.session.OutputBudget) ----------------------
+
+    def measure(self) -> int:
+        return self.backlog
+
+    def cut(self) -> bool:
+        """All slow consumers together hold too much and this backlog is the largest: the
+        client's hard policy (its fallback for block) decides. Disconnecting releases the
+        backlog; discarding keeps it, and takes nothing more while the budget is spent."""
+        hard = self.policy.hard
+        if (self.fallback if hard == "block" else hard) == "error":
+            self._error("the broker's output budget is spent (--max-output)")
+            return True
+        return False
+
     def _drop(self) -> None:
         self.dropped += 1
         if self.on_dropped is not None:
@@ -335,5 +361,7 @@ class Outbox:
         self._waiting.clear()
         self._heap = None
         self.backlog = 0
+        if self.budget is not None:
+            self.budget.update(self, 0)
         self._want_writable(False)
         self._release()

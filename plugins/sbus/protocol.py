@@ -115,6 +115,7 @@ class SbusServerProtocol(Protocol):
         outbox.block_timeout = broker.config.block_timeout
         outbox.call_later = broker.reactor.callLater
         outbox.on_dropped = self._dropped
+        outbox.budget = broker.output_budget
 
     # -- packets -----------------------------------------------------------------------------
 

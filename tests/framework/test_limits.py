@@ -90,7 +90,6 @@ class Member:
     """A budget member whose real backlog is ``queued`` and whose cut is recorded."""
 
     def __init__(self, queued, drops=False):
-        self.backlog = 0
         self.queued = queued
         self.drops = drops
         self.was_cut = False

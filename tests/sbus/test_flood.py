@@ -272,3 +272,46 @@ def test_policy_ignores_what_is_not_flood_control(key):
     policy = FloodPolicy()
     assert not policy.apply(key)
     assert policy == FloodPolicy()
+
+
+def test_outboxes_share_the_brokers_output_budget_and_the_largest_is_cut_first():
+    from msgbroker.session import OutputBudget
+
+    budget = OutputBudget(5000)
+    big, small = Pair(hard="error"), Pair(hard="error")
+    try:
+        for p in (big, small):
+            p.outbox.budget = budget
+            p.fill()
+        for _ in range(20):
+            big.outbox.offer(b"b" * 100)
+        assert not big.errors
+        held = big.outbox.backlog
+        assert budget.total == big.outbox.backlog + small.outbox.backlog
+        while not big.errors:  # the small one grows until the total passes the budget
+            small.outbox.offer(b"s" * 100)
+        assert big.errors == ["the broker's output budget is spent (--max-output)"]
+        assert big.outbox.closed and not small.errors
+        assert budget.total == small.outbox.backlog <= 5000
+        assert held > small.outbox.backlog - 200  # it was the largest when cut
+    finally:
+        big.close()
+        small.close()
+
+
+def test_a_discarding_outbox_over_the_output_budget_drops_and_keeps_its_backlog():
+    from msgbroker.session import OutputBudget
+
+    budget = OutputBudget(1000)
+    pair = Pair(hard="discard")
+    try:
+        pair.outbox.budget = budget
+        pair.fill()
+        while pair.outbox.dropped == 0:
+            pair.outbox.offer(b"d" * 100)
+        assert pair.outbox.backlog <= 1000 and not pair.errors
+        pair.read_all()
+        pair.outbox.drain()
+        assert budget.total == 0 and not budget.members  # drained: it left the budget
+    finally:
+        pair.close()
