@@ -124,8 +124,8 @@ class Session:
     dropped: int = 0
     paused: bool = False
     close_reason: str | None = None
-    #: True while the broker has stopped reading from this peer (sbus ``block`` flood
-    #: control pausing a publisher); keepalive timers count it as activity
+    #: True while the broker has stopped reading from this peer (:meth:`hold_reading`);
+    #: keepalive timers count it as activity
     reading_held: bool = False
     #: per-session state for plugins, keyed by plugin name
     data: dict[str, Any] = field(factory=dict)
@@ -142,12 +142,40 @@ class Session:
     ready: Callable[[], bool] | None = None
     deliver_queued: Callable[[bytes, Any, Any], None] | None = None
     _fd: Any = field(default=None, init=False, repr=False)
+    _reading_holders: set[Any] = field(factory=set, init=False, repr=False)
     _pending: list[bytes] = field(factory=list, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self.send = self._queue if self.batcher is not None else self.transport.write
         self.transport.registerProducer(self, True)
         self._fd = _file_descriptor(self.transport)
+
+    # -- holding the input ------------------------------------------------------------------
+
+    def hold_reading(self, holder: Any) -> None:
+        """Stop reading from this peer until ``holder`` (and every other holder) releases
+        it: flood control pausing a publisher, a protocol holding requests back while a
+        login is answered. Counted, so one holder's release never resumes what another
+        still holds; the peer's further bytes wait in its socket buffers, not in ours."""
+        holders = self._reading_holders
+        if not holders:
+            self.reading_held = True
+            pause = getattr(_reading_transport(self.transport), "pauseProducing", None)
+            if pause is not None and self.close_reason is None:
+                pause()
+        holders.add(holder)
+
+    def release_reading(self, holder: Any) -> None:
+        """``holder`` no longer needs this peer held; reading resumes when nobody does."""
+        holders = self._reading_holders
+        if holder not in holders:
+            return
+        holders.discard(holder)
+        if not holders:
+            self.reading_held = False
+            resume = getattr(_reading_transport(self.transport), "resumeProducing", None)
+            if resume is not None and self.close_reason is None:
+                resume()
 
     # -- batching: one write per recipient per received chunk, not one per delivery --------
 
@@ -314,6 +342,16 @@ class Batcher:
             for session in dirty:
                 session.flush()
             dirty = self._dirty
+
+
+def _reading_transport(transport: Any) -> Any:
+    """The transport that reads the socket under ``transport``: through TLS, whose protocol
+    wrapper cannot pause reading itself."""
+    for _ in range(4):
+        if transport is None or hasattr(transport, "pauseProducing"):
+            break
+        transport = getattr(transport, "transport", None)
+    return transport
 
 
 def _file_descriptor(transport: Any) -> Any:

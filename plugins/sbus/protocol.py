@@ -44,36 +44,19 @@ def encode_message(message: Message) -> bytes | None:
     return _MSG + key + b"\0" + message.payload
 
 
-def throttle_of(session: Any) -> Throttle | None:
-    """The :class:`Throttle` that pauses reading from ``session``'s connection (whatever
-    its protocol), made on first use."""
+def throttle_of(session: Any) -> Throttle:
+    """The :class:`Throttle` that holds reading from ``session``'s connection (whatever its
+    protocol) while some outbox it filled asks it to wait, made on first use. It holds the
+    session's input through :meth:`~msgbroker.session.Session.hold_reading`, which is
+    counted (another holder's release cannot resume it) and tells the keepalive timers
+    that the silence is the broker's doing."""
     data = session.data
     throttle = data.get("sbus.throttle")
     if throttle is None:
-        transport = session.transport
-        # through wrappers (TLS) to the transport that reads the socket
-        for _ in range(4):
-            if transport is None or hasattr(transport, "pauseProducing"):
-                break
-            transport = getattr(transport, "transport", None)
-        pause = getattr(transport, "pauseProducing", None)
-        resume = getattr(transport, "resumeProducing", None)
-        if pause is None or resume is None:
-            return None
-
-        def paused() -> None:
-            # the broker stopped reading this peer: its keepalive must not take the
-            # silence for a dead peer (framework/connection.py IdleTimer reads this)
-            session.reading_held = True
-            if session.close_reason is None:
-                pause()
-
-        def resumed() -> None:
-            session.reading_held = False
-            if session.close_reason is None:
-                resume()
-
-        throttle = data["sbus.throttle"] = Throttle(paused, resumed)
+        throttle = data["sbus.throttle"] = Throttle(
+            lambda: session.hold_reading("sbus.throttle"),
+            lambda: session.release_reading("sbus.throttle"),
+        )
     return throttle
 
 

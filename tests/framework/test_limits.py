@@ -243,3 +243,16 @@ def test_slow_consumer_disconnect_and_drops_are_logged():
     drop_broker.batcher.flush()  # deliveries are written (or dropped) once per batch
     assert dropping.dropped == 1
     assert drop_lines == ["slow ssmp consumer - (local): 1 deliveries dropped"]
+
+
+def test_holding_a_sessions_input_is_counted_per_holder():
+    session, transport, _ = make_session(None)
+    session.hold_reading("flood control")
+    session.hold_reading("login")
+    assert session.reading_held and transport.producerState == "paused"
+    session.release_reading("login")  # the other holder still holds it
+    assert session.reading_held and transport.producerState == "paused"
+    session.release_reading("login")  # a second release of one holder changes nothing
+    assert transport.producerState == "paused"
+    session.release_reading("flood control")
+    assert not session.reading_held and transport.producerState == "producing"
