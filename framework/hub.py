@@ -32,6 +32,7 @@ from .errors import (
 from .filters import Filter, FilterIndex
 from .message import ANONYMOUS, Encoder, Kind, Message, MessageRun, RouteResult
 from .patterns import CRED_PREFIX, PatternIndex
+from .queuerouting import route_with_queues
 from .queues import QueueGroup
 from .runs import multicast_run
 from .topics import (
@@ -355,34 +356,7 @@ class Hub:
         sender: Peer | None,
         groups: dict[Encoder, dict[Peer, None]] | None = None,
     ) -> int:
-        """An MCAST to a topic with queue groups: the subscribers (``groups``, the topic's
-        own when not given), then one member of each group. The observer's RouteResult
-        counts the queue members that took it now (not those it reaches later, once a
-        member has room)."""
-        if groups is None:
-            groups = with_filtered(topic, message) if topic.filtered else topic.by_encoder
-        queues: list[QueueGroup] = list((topic.queues or {}).values())
-        stats, observer = self.stats, self.observer
-        if observer is None:
-            delivered = self._route(message, groups, sender)
-            queued = sum(q.offer(message, sender) for q in queues)
-            stats.delivered += queued
-            return delivered + queued
-        stats.routed += 1
-        dropped_before, skipped_before = stats.dropped, stats.skipped
-        per_protocol: dict[str, int] = {}
-        delivered = self._fan_out_groups(message, groups, sender, per_protocol)
-        self._counting = (message, per_protocol)
-        try:
-            queued = sum(q.offer(message, sender) for q in queues)
-        finally:
-            self._counting = None
-        stats.delivered += queued
-        result = RouteResult(
-            per_protocol, stats.skipped - skipped_before, stats.dropped - dropped_before
-        )
-        observer(message, result)
-        return delivered + queued
+        return route_with_queues(self, message, topic, sender, groups)
 
     def _queue_delivered(self, peer: Peer, message: Message) -> None:
         counting = self._counting
