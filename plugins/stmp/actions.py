@@ -13,6 +13,11 @@ Refusals by ``msgbroker_authorize`` answer ``0x23 Forbidden``; anonymous (``.``)
 may publish and unicast only, like SSMP's: subscribe, unsubscribe and broadcast are
 ``0x23 Forbidden`` for them.
 
+A refused login is answered ``login-failure-delay`` seconds late (the connection holds
+what follows it meanwhile, see :class:`~.protocol.STMPConnection`), so one connection
+cannot guess credentials fast. A subscribe over a configured limit (``max-subscriptions``,
+``max-topics``) is ``0x23 Forbidden`` with ``{"error": "<limit> reached"}``.
+
 A login accepted under another identity than the one asked for (an auth hook may choose
 it) answers Ok with ``{"id": identity}``; a subscribe to a topic the session is already in
 is Ok, and with ``"presence": true`` turns presence on (and sends the snapshot) if it was
@@ -21,10 +26,18 @@ off.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
+
+from twisted.internet import task
 
 from msgbroker.auth import Accept, LoginRequest
-from msgbroker.errors import AlreadySubscribed, NoSuchIdentity, NotAllowed, NotSubscribed
+from msgbroker.errors import (
+    AlreadySubscribed,
+    LimitExceeded,
+    NoSuchIdentity,
+    NotAllowed,
+    NotSubscribed,
+)
 from msgbroker.message import Kind, Message
 
 from .codec import Status
@@ -85,11 +98,19 @@ def login(request: RouteRequest) -> Any:
     )
     result = broker.login(session, login_request)
     if not isinstance(result, Accept):
-        raise STMPStatusError(Status.UNAUTHORIZED, {"schemes": list(broker.enabled_schemes)})
+        refused = STMPStatusError(Status.UNAUTHORIZED, {"schemes": list(broker.enabled_schemes)})
+        delay = broker.config.login_failure_delay
+        if delay <= 0:
+            raise refused
+        return task.deferLater(broker.reactor, delay, _raise, refused)
     connection.logged_in(request.encoding, connection.current_framing)
     if result.identity != fields["id"]:  # an auth hook chose another: tell the client
         return {"id": result.identity}
     return None
+
+
+def _raise(error: Exception) -> NoReturn:
+    raise error
 
 
 def subscribe(request: RouteRequest) -> Any:
@@ -102,6 +123,8 @@ def subscribe(request: RouteRequest) -> Any:
         snapshot = hub.subscribe(session, topic, presence)
     except AlreadySubscribed:  # Ok; asking for presence now turns it on
         snapshot = hub.watch(session, topic) if presence else []
+    except LimitExceeded as e:  # "not allowed" (DECISIONS.md, Limits); says which limit
+        raise STMPStatusError(Status.FORBIDDEN, {"error": f"{e.limit} reached"}) from None
     except NotAllowed:  # anonymous: refused like SSMP's 405, with one status throughout
         raise STMPStatusError(Status.FORBIDDEN) from None
 

@@ -17,7 +17,7 @@ payload (:class:`TextDecoder` pairs them).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from enum import IntEnum
 
 from attrs import frozen
@@ -298,26 +298,36 @@ def _build(kind: int, encoding: int, ident: int, field: int, payload: bytes) -> 
 
 
 class BinaryDecoder:
-    """Incremental parser of a binary STMP stream (TCP): messages with PS."""
+    """Incremental parser of a binary STMP stream (TCP): messages with PS.
 
-    def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+    ``max_payload`` bounds every payload; ``max_message``, when set, bounds whole messages
+    (header, fields, PS and payload) too. Both are checked as soon as a PS is read, so a
+    message over either is refused before any of its payload is buffered. A server sets
+    ``max_message`` before login and clears it (None) once the client logged in."""
+
+    def __init__(
+        self, max_payload: int = DEFAULT_MAX_PAYLOAD, max_message: int | None = None
+    ) -> None:
         self._buf = b""  # the start of the next message
         self._more: list[bytes] = []  # chunks after _buf, not joined to it yet
         self._have = 0  # len(_buf) + the lengths of _more
         self._need = 0  # bytes the message in _buf needs, once its PS is known (else 0)
         self._max = max_payload
+        self.max_message = max_message
 
-    def feed(self, data: bytes) -> Iterator[Message]:
+    def feed(self, data: bytes) -> Generator[Message, None, None]:
         """Yield every complete message; raise :class:`RemoteProtocolError` at the first bad
-        one (after yielding those before it). A generator: iterate it, or nothing happens."""
+        one (after yielding those before it). A generator: iterate it, or nothing happens.
+        Closed early (``close()``), it keeps the bytes after the last message it yielded
+        for the next call (``feed(b"")`` parses them)."""
         return self._feed(data, False)  # type: ignore[return-value]
 
-    def feed_runs(self, data: bytes) -> Iterator[Message | RequestRun]:
+    def feed_runs(self, data: bytes) -> Generator[Message | RequestRun, None, None]:
         """:meth:`feed`, but consecutive requests with one header byte and action come out
         as one :class:`RequestRun` (as many as this chunk holds whole). A server uses this."""
         return self._feed(data, True)
 
-    def _feed(self, data: bytes, runs: bool) -> Iterator[Message | RequestRun]:
+    def _feed(self, data: bytes, runs: bool) -> Generator[Message | RequestRun, None, None]:
         """The parser behind both. The chunks of a large message are only joined once it
         is complete, so a payload arriving in many small reads costs linear time."""
         if self._need > self._have + len(data):
@@ -352,6 +362,10 @@ class BinaryDecoder:
                 if length > self._max:
                     raise RemoteProtocolError(f"payload of {length} bytes exceeds {self._max}")
                 stop = end + 4 + length
+                if self.max_message is not None and stop - pos > self.max_message:
+                    raise RemoteProtocolError(
+                        f"message of {stop - pos} bytes exceeds {self.max_message}"
+                    )
                 if stop > size:
                     need = stop - pos
                     break
@@ -375,6 +389,8 @@ class BinaryDecoder:
         request that is cut off, or too large, ends the run (the main loop handles it)."""
         head, action = buf[pos], buf[pos + 3 : pos + 7]
         size, limit, unpack = len(buf), self._max, _U32.unpack_from
+        if self.max_message is not None:  # a request is its payload and 11 bytes
+            limit = min(limit, self.max_message - _REQUEST_HEAD)
         starts = [0]
         while (
             stop + _REQUEST_HEAD <= size and buf[stop] == head and buf.startswith(action, stop + 3)

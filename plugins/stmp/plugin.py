@@ -14,8 +14,8 @@ from msgbroker.errors import ConfigError
 
 from . import actions
 from .codec import DEFAULT_MAX_PAYLOAD
-from .protocol import STMPServerProtocol
 from .router import Router
+from .tcp import STMPServerProtocol
 
 if TYPE_CHECKING:
     from msgbroker.broker import Broker

@@ -1,29 +1,24 @@
-"""STMP server side: the protocol logic (:class:`STMPConnection`, transport-agnostic), the
-TCP adapter (binary serialization), and the delivery encoders.
-
-A delivery (a message routed by the hub) reaches an STMP client as a notify, action
-``0.0.1.16``, payload ``{"from", "kind", "topic"?, "data" | "data_b64"}`` in the
-encoding the client logged in with (JSON or msgpack). Encoders produce the complete wire
-bytes (for WebSocket: the frames themselves), one function per (framing, encoding), so the
-hub encodes once per group of recipients that share them.
+"""STMP server side: the protocol logic (:class:`STMPConnection`), transport-agnostic.
+The adapters are ``tcp.py`` (binary serialization) and ``websocket.py``; the delivery
+encoders and serializers are in ``encoders.py``.
 """
 
 from __future__ import annotations
 
 import inspect
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from msgbroker.connection import BrokerProtocol
 from msgbroker.errors import RemoteProtocolError
-from msgbroker.message import Kind, Message
 
 from . import codec, payloads, runs
 from .codec import Encoding, Notify, Request, Response, Status
+from .encoders import Framing, delivery_encoder, register_serializer, serializer
 from .payloads import decode_payload, encode_payload
 from .router import Reply, Router, RouteRequest, STMPStatusError
 
@@ -34,83 +29,23 @@ _ID_STATUS = struct.Struct(">HB")
 LOGIN_ACTIONS = frozenset({codec.ACTION_VERSION, payloads.LOGIN})
 SUPPORTED_VERSIONS = [codec.VERSION]
 
-#: how a connection frames what it sends: "binary" (TCP, with PS), or over WebSocket
-#: "text" (text frames, binary payloads in a second frame) or "frame" (binary frames)
-Framing = str
-#: message (and ``inline``: a text payload in the text frame, see codec.encode_text) -> wire
-Serializer = Callable[[codec.Message, "bool | None"], bytes]
-
-
-# -- delivery encoders ----------------------------------------------------------------------
-
-_DELIVERY_KINDS = {
-    Kind.MCAST: "mcast",
-    Kind.UCAST: "ucast",
-    Kind.BCAST: "bcast",
-    Kind.SUBSCRIBE: "subscribe",
-    Kind.UNSUBSCRIBE: "unsubscribe",
-}
-_encoders: dict[tuple[Framing, int], Callable[[Message], bytes | None]] = {}
-
-
-def _delivery(message: Message, encoding: int) -> dict[str, Any]:
-    kind = message.kind
-    topic = message.topic if kind in (Kind.MCAST, Kind.SUBSCRIBE, Kind.UNSUBSCRIBE) else None
-    data = message.payload if kind in (Kind.MCAST, Kind.UCAST, Kind.BCAST) else None
-    return payloads.delivery_fields(message.sender, _DELIVERY_KINDS[kind], topic, data, encoding)
-
-
-def delivery_encoder(framing: Framing, encoding: int) -> Callable[[Message], bytes | None]:
-    """The (shared) encoder of deliveries for one framing and payload encoding."""
-    key = (framing, encoding)
-    encoder = _encoders.get(key)
-    if encoder is None:
-        serialize = serializer(framing)
-        template = runs.mcast_template(framing, encoding)
-
-        def encode(message: Message) -> bytes | None:
-            try:
-                if template is not None and message.kind is Kind.MCAST:
-                    frame = template(message)
-                    if frame is not None:
-                        return frame
-                payload = encode_payload(_delivery(message, encoding), encoding)
-            except ValueError:
-                # a topic or sender JSON/msgpack cannot carry as text (an sbus key that is
-                # not UTF-8 maps to lone surrogates): this recipient is skipped
-                return None
-            return serialize(Notify(payloads.DELIVERY, encoding, payload), None)
-
-        encode.__qualname__ = f"stmp_{framing}_{Encoding(encoding).name.lower()}_delivery"
-        encode_run = runs.run_encoder(framing, encoding, encode)
-        if encode_run is not None:
-            encode.encode_run = encode_run  # type: ignore[attr-defined]
-        encoder = _encoders[key] = encode
-    return encoder
-
-
-def _binary(message: codec.Message, inline: bool | None = None) -> bytes:
-    return codec.encode_binary(message)
-
-
-_serializers: dict[Framing, Serializer] = {"binary": _binary}
-
-
-def serializer(framing: Framing) -> Serializer:
-    return _serializers[framing]
-
-
-def register_serializer(framing: Framing, function: Serializer) -> None:
-    """The WebSocket adapter registers its framings ("text", "frame") here."""
-    _serializers[framing] = function
-
+# the encoders lived here once; the adapters and tests may import them from either module
+__all__ = ["STMPConnection", "delivery_encoder", "register_serializer", "serializer"]
 
 # -- the protocol logic ---------------------------------------------------------------------
 
 
 class STMPConnection:
     """One STMP connection's behaviour: version check, login gate, heartbeat, request
-    routing with timeouts, and the built-in broker actions (through the router)."""
+    routing with timeouts, and the built-in broker actions (through the router).
+
+    A login request that is answered later (a refused login waits ``login-failure-delay``)
+    *holds* the connection's input until it is answered: the reading transport is paused,
+    and the adapter stops parsing (:attr:`holding`) and keeps what it has not parsed, so
+    the requests pipelined after it take effect after it, in order, and one connection
+    cannot try logins faster than one per delay. When the login is answered,
+    :attr:`on_release` (the adapter) parses what it kept, and reading resumes.
+    """
 
     def __init__(
         self,
@@ -134,6 +69,15 @@ class STMPConnection:
         self.version: tuple[int, int] | None = None
         self.encoding = Encoding.JSON
         self._pending: dict[object, Any] = {}
+        #: a login is pending: what arrives now waits (see the class docstring)
+        self.holding = False
+        #: what arrived while holding that the adapter could not keep unparsed (the rest of
+        #: a run of requests): handled first on release
+        self._held: deque[tuple[Any, Framing | None, bool]] = deque()
+        #: set by the adapter: called on a successful login (to lift the pre-login frame
+        #: limit) and when a hold ends (to parse what it kept)
+        self.on_login: Callable[[], None] | None = None
+        self.on_release: Callable[[], None] | None = None
         interval = broker.config.keepalive
         self._interval = interval
         self._last_rx = self.clock.seconds()
@@ -186,10 +130,18 @@ class STMPConnection:
         if self.closed:
             return
         self._last_rx = self.clock.seconds()
+        if self.holding:
+            self._held.append((message, framing, payload_frame))
+            return
+        self._handle(message, framing, payload_frame)
+
+    def _handle(
+        self, message: codec.Message | codec.RequestRun, framing: Framing | None, paired: bool
+    ) -> None:
         self.current_framing = framing or self.framing
         kind = type(message)
         if kind is Request:
-            self._request(message, framing, payload_frame)  # type: ignore[arg-type]
+            self._request(message, framing, paired)  # type: ignore[arg-type]
         elif kind is codec.RequestRun:
             self._request_run(message)  # type: ignore[arg-type]
         elif kind is Notify:
@@ -233,7 +185,8 @@ class STMPConnection:
         if inspect.iscoroutine(result):
             result = defer.ensureDeferred(result)
         if isinstance(result, defer.Deferred):
-            self._wait(request, result, route.timeout, framing)
+            # a login answered later holds what follows it (requests take effect in order)
+            self._wait(request, result, route.timeout, framing, hold=action == payloads.LOGIN)
         else:
             self._answer(request, result, framing)
 
@@ -244,6 +197,9 @@ class STMPConnection:
             runs.publish_run(self, run)
             return
         for start, end in run.spans():
+            if self.holding:  # a login in the run is pending: the rest waits for it
+                self._held.append((run.request(start, end), None, False))
+                continue
             self._request(run.request(start, end), None)
             if self.closed:
                 return
@@ -258,22 +214,37 @@ class STMPConnection:
         else:
             self.respond(request, Status.OK, result, framing)
 
-    def _wait(self, request: Request, d: defer.Deferred[Any], timeout: float, framing) -> None:
+    def _wait(
+        self,
+        request: Request,
+        d: defer.Deferred[Any],
+        timeout: float,
+        framing: Framing | None,
+        hold: bool = False,
+    ) -> None:
+        """Answer ``request`` when ``d`` fires, or GatewayTimeout after ``timeout``; with
+        ``hold``, nothing received after it is handled before that answer."""
         key = object()
 
         def timed_out() -> None:
             self._pending.pop(key, None)
             self.respond(request, Status.GATEWAY_TIMEOUT, framing=framing)
             d.cancel()
+            if hold:
+                self._release()
 
         timer = self.clock.callLater(timeout, timed_out)
         self._pending[key] = (d, timer)
+        if hold:
+            self._hold()
 
         def done(result: Any) -> None:
             if self._pending.pop(key, None) is None:
                 return  # timed out already (or closed): the late result is dropped
             timer.cancel()
             self._answer(request, result, framing)
+            if hold:
+                self._release()
 
         def failed(failure: Any) -> None:
             if self._pending.pop(key, None) is None:
@@ -289,9 +260,36 @@ class STMPConnection:
                     action=codec.action_to_str(request.action),
                 )
                 self.respond(request, Status.INTERNAL_SERVER_ERROR, framing=framing)
+            if hold:
+                self._release()
             return None
 
         d.addCallbacks(done, failed)
+
+    # -- holding the input while a login is pending ------------------------------------------
+
+    def _hold(self) -> None:
+        self.holding = True
+        pause = getattr(_reading_transport(self.session.transport), "pauseProducing", None)
+        if pause is not None:
+            pause()  # the peer's further bytes wait in its socket buffers, not in ours
+
+    def _release(self) -> None:
+        """The pending login was answered: handle what waited, in order, until it is all
+        handled or another login holds the input again; then read again."""
+        self.holding = False
+        held = self._held
+        while held and not self.holding and not self.closed:
+            self._handle(*held.popleft())
+        if self.holding or self.closed:
+            return
+        if self.on_release is not None:
+            self.on_release()
+        if self.holding or self.closed:
+            return
+        resume = getattr(_reading_transport(self.session.transport), "resumeProducing", None)
+        if resume is not None:
+            resume()
 
     def _notify(self, notify: Notify) -> None:
         """A notify from the client: its route's handler runs, and nothing is answered.
@@ -370,6 +368,8 @@ class STMPConnection:
         self.session.encode = delivery_encoder(self.framing, self.encoding)
         if self._login_timer.active():
             self._login_timer.cancel()
+        if self.on_login is not None:
+            self.on_login()
 
     # -- timers and closing --------------------------------------------------------------------
 
@@ -397,56 +397,25 @@ class STMPConnection:
             self.session.close(reason)
 
     def lost(self) -> None:
-        """The transport is gone: stop every timer, drop pending handlers."""
+        """The transport is gone: stop every timer, drop pending handlers (a cancelled
+        handler's errback finds nothing pending, so nothing is answered)."""
         self.closed = True
+        self._held.clear()
         for call in (self._heartbeat, self._login_timer):
             if call is not None and call.active():
                 call.cancel()
-        for d, timer in self._pending.values():
+        pending, self._pending = self._pending, {}
+        for d, timer in pending.values():
             if timer.active():
                 timer.cancel()
             d.cancel()
-        self._pending.clear()
 
 
-class STMPServerProtocol(BrokerProtocol):
-    """STMP over TCP: binary serialization with PS."""
-
-    name = "stmp"
-    encode = staticmethod(delivery_encoder("binary", Encoding.JSON))
-    stmp: STMPConnection | None = None
-
-    def connectionMade(self) -> None:
-        super().connectionMade()
-        # the STMP connection runs its own login timer and heartbeat
-        if self._login_timer is not None and self._login_timer.active():
-            self._login_timer.cancel()
-        self._login_timer = None
-        factory: Any = self.factory
-        self._decoder = codec.BinaryDecoder(factory.max_payload)
-        self.stmp = STMPConnection(
-            self.broker,
-            factory.router,
-            self.session,
-            "binary",
-            self.peer_certificate_names,
-        )
-
-    def dataReceived(self, data: bytes) -> None:
-        stmp = self.stmp
-        if stmp is None or stmp.closed:
-            return
-        try:
-            for message in self._decoder.feed_runs(data):
-                stmp.received(message)
-                if stmp.closed:
-                    break
-        except RemoteProtocolError as e:
-            log.debug("stmp {host}: protocol error: {why}", host=self.session.host, why=str(e))
-            stmp.close(f"protocol error: {e}")
-        self.broker.batcher.flush()  # what this chunk caused: one write per recipient
-
-    def connectionLost(self, reason: Any = None) -> None:
-        if self.stmp is not None:
-            self.stmp.lost()
-        super().connectionLost(reason)
+def _reading_transport(transport: Any) -> Any:
+    """The transport that reads the socket under ``transport``: through TLS, whose
+    protocol wrapper cannot pause reading itself."""
+    for _ in range(4):
+        if transport is None or hasattr(transport, "pauseProducing"):
+            break
+        transport = getattr(transport, "transport", None)
+    return transport

@@ -7,6 +7,13 @@ Replies use the form of the request; deliveries the form of the login request.
 What the broker sends is encoded straight into WebSocket frames (server frames are not
 masked, and no extension is negotiated), so a delivery is encoded once per group of
 recipients — frames included — and written to each TCP transport as is.
+
+Before login, ``prelogin-max-frame`` bounds what a peer can make the broker buffer: the
+HTTP request head of the handshake (a longer one is answered ``431`` and the connection
+closed), and each WebSocket message (autobahn refuses a larger one from its frame header,
+close code 1009). The head is searched for its end only in the bytes that just arrived,
+so a head that trickles in costs linear time. The session opens with the TCP
+connection, so a connection still in its handshake counts against the connection limits.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
+from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.logger import Logger
 
 from msgbroker.connection import no_delay
@@ -22,11 +30,16 @@ from msgbroker.tls import peer_names
 
 from . import codec
 from .codec import Encoding
-from .protocol import STMPConnection, delivery_encoder, register_serializer
+from .encoders import delivery_encoder, register_serializer
+from .protocol import STMPConnection
 
 log = Logger(namespace="msgbroker.stmp")
 
 _TEXT, _BINARY = 0x1, 0x2
+_CONNECTING, _OPEN = WebSocketProtocol.STATE_CONNECTING, WebSocketProtocol.STATE_OPEN
+_END_OF_HEAD = b"\r\n\r\n"
+#: close code for a message over the size limit (RFC 6455 "message too big")
+_TOO_BIG = 1009
 
 
 def ws_frame(opcode: int, payload: bytes) -> bytes:
@@ -63,13 +76,20 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
 
     stmp: STMPConnection | None = None
     session: Any = None
+    #: the close code a protocol error gets (1002; 1009 for a message over the limit)
+    _fail_code = 1002
+    #: the request head was over the limit: the handshake is refused with 431
+    _head_refused = False
 
-    def onOpen(self) -> None:
+    def connectionMade(self) -> None:
+        super().connectionMade()
         factory: Any = self.factory
         broker = factory.broker
         no_delay(self.transport)
         transport: Any = self.transport
         peer = transport.getPeer()
+        # from the TCP connection on, not the WebSocket's open: connections in their
+        # handshake count against the limits, and shutdown finds them
         self.session = broker.open_session(
             protocol="stmp",
             encode=delivery_encoder("text", Encoding.JSON),
@@ -77,10 +97,83 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
             closer=self._close,
             host=getattr(peer, "host", "") or "",
         )
+        self._head_limit = broker.config.prelogin_max_frame
+        self._head: list[bytes] = []  # the request head so far, in chunks
+        self._head_size = 0
+        self._head_tail = b""  # its last 3 bytes: the end may straddle two chunks
+        # autobahn took its limits from the factory above; until login, a message (all its
+        # frames) may be at most prelogin-max-frame bytes
+        self.maxFramePayloadSize = self.maxMessagePayloadSize = self._head_limit
+
+    def _dataReceived(self, data: bytes) -> None:
+        """autobahn appends every chunk of the handshake to its buffer and searches all of
+        it for the end of the head, with no bound: quadratic in the head's length. Until
+        the end is here, keep the chunks and look only at the new bytes (and the 3 before)."""
+        if self.state != _CONNECTING or self.session is None:
+            super()._dataReceived(data)
+            return
+        window = self._head_tail + data
+        found = window.find(_END_OF_HEAD)
+        before = self._head_size - len(self._head_tail)  # where ``window`` starts
+        self._head.append(data)
+        self._head_size += len(data)
+        if found < 0:
+            self._head_tail = window[-3:]
+            if self._head_size > self._head_limit:
+                self._head_too_large()
+            return
+        if before + found + len(_END_OF_HEAD) > self._head_limit:
+            self._head_too_large()
+            return
+        head, self._head = b"".join(self._head), []
+        super()._dataReceived(head)
+
+    def _head_too_large(self) -> None:
+        self._head = []
+        self._head_refused = True  # _close answers 431
+        self.session.close(f"protocol error: request head over {self._head_limit} bytes")
+
+    def onOpenHandshakeTimeout(self) -> None:
+        # the handshake is part of the time a client has to log in: say so to the broker
+        if self.state == _CONNECTING and self.session is not None:
+            self.session.close("login timeout")
+        super().onOpenHandshakeTimeout()
+
+    def onOpen(self) -> None:
+        factory: Any = self.factory
         self._decoder = codec.TextDecoder(factory.max_payload)
         self.stmp = STMPConnection(
-            broker, factory.router, self.session, "text", lambda: peer_names(self.transport)
+            factory.broker,
+            factory.router,
+            self.session,
+            "text",
+            lambda: peer_names(self.transport),
         )
+        self.stmp.on_login = self._logged_in
+        self.stmp.on_release = self.consumeData
+
+    def _logged_in(self) -> None:
+        factory: Any = self.factory
+        self.maxFramePayloadSize = factory.maxFramePayloadSize
+        self.maxMessagePayloadSize = factory.maxMessagePayloadSize
+
+    def processData(self) -> bool:
+        # while a login is pending, what follows it waits, unparsed, in autobahn's buffer
+        # (STMPConnection pauses the transport, so the buffer does not grow)
+        stmp = self.stmp
+        if stmp is not None and stmp.holding:
+            return False
+        return bool(super().processData())
+
+    def _max_message_size_exceeded(self, msg_size: int, max_msg_size: int, reason: str) -> None:
+        # autobahn fails the connection (1009) itself; through the session, so the broker
+        # knows why it closed
+        stmp = self.stmp
+        if stmp is None or stmp.closed:
+            super()._max_message_size_exceeded(msg_size, max_msg_size, reason)
+            return
+        self._fail_code = _TOO_BIG
+        stmp.close(f"protocol error: message over {max_msg_size} bytes")
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         stmp = self.stmp
@@ -110,13 +203,23 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
         # the closing handshake ends, so no delivery is written after it.
         factory: Any = self.factory
         factory.broker.session_closed(self.session, reason)
+        if self.state == _CONNECTING:
+            # no WebSocket to close yet (shutdown, a head over the limit): autobahn's drop
+            # unregisters the session from the transport itself
+            if self._head_refused:
+                self.failHandshake("Request Header Fields Too Large", 431)
+            else:
+                self.dropConnection(abort=reason in ("slow consumer", "login timeout"))
+            return
         self.transport.unregisterProducer()  # type: ignore[union-attr]
         if reason == "slow consumer":
             self.transport.abortConnection()  # type: ignore[union-attr]
+        elif self.state != _OPEN:
+            pass  # a closing handshake is on its way already
         elif reason.startswith("protocol error"):
             # 1002 is not a code the application API may send; failing the connection is
             # what autobahn does itself for a peer that breaks the protocol
-            self._fail_connection(1002, reason[:120])
+            self._fail_connection(self._fail_code, reason[:120])
         else:
             self.sendClose(1000)
 
@@ -172,3 +275,8 @@ class STMPWebSocketFactory(WebSocketServerFactory):
             perMessageCompressionAccept=lambda offers: None,  # frames are pre-encoded
         )
         self.noisy = False
+
+    def buildProtocol(self, addr: Any) -> Any:
+        if not self.broker.admit(addr):
+            return None  # over a connection limit: Twisted closes the socket at once
+        return super().buildProtocol(addr)

@@ -79,6 +79,7 @@ def test_login_refused_lists_schemes_and_ids_are_echoed():
     broker = make_broker(BrokerConfig(auth=("open", "secret"), secret_file=__file__))
     conn = connect(broker, "stmp")
     conn.send(req(0x1234, "0.0.1.1", {"id": "a", "scheme": "kerberos"}))
+    broker.reactor.advance(broker.config.login_failure_delay)  # a refusal is answered late
     (reply,) = messages(conn)
     assert (reply.id, reply.status) == (0x1234, Status.UNAUTHORIZED)
     assert decoded(reply) == {"schemes": ["open", "secret"]}
@@ -409,3 +410,23 @@ def test_a_login_accepted_under_another_identity_tells_the_client():
     same = connect(broker, "stmp")
     same.send(req(1, "0.0.1.1", {"id": "BOB", "scheme": "open"}))
     assert messages(same) == [Response(1, Status.OK)]  # the identity asked for: no payload
+
+
+def test_a_connection_lost_with_handlers_pending_cancels_them_quietly():
+    cancelled = []
+
+    class Never:
+        @hookimpl
+        def msgbroker_register_stmp_routes(self, router):
+            def never(request):
+                return defer.Deferred(lambda d: cancelled.append(request.action_text))
+
+            router.add("10.0.0.0/24", never)
+
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=[Never()])
+    conn = login(broker)
+    conn.send(req(2, "10.0.0.1") + req(3, "10.0.0.2"))
+    conn.drop()  # used to raise while cancelling the second one
+    assert cancelled == ["10.0.0.1", "10.0.0.2"]
+    assert conn.received() == b""
+    assert broker.reactor.getDelayedCalls() == []

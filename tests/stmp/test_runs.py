@@ -15,7 +15,7 @@ from msgbroker.errors import RemoteProtocolError
 from msgbroker.message import Kind, Message, MessageRun
 from msgbroker.plugins.stmp import codec, payloads, runs
 from msgbroker.plugins.stmp.codec import Encoding, Notify, Request, RequestRun, Response, Status
-from msgbroker.plugins.stmp.protocol import delivery_encoder
+from msgbroker.plugins.stmp.encoders import delivery_encoder
 from msgbroker.testing import connect, make_broker
 
 PUBLISH = payloads.PUBLISH

@@ -4,19 +4,12 @@ with. The client here is raw frames on a socket, so nothing of msgbroker's clien
 
 from __future__ import annotations
 
-import base64
-import os
-import socket
-
 import pytest
 
 from msgbroker.plugins.stmp import codec, payloads
 from msgbroker.plugins.stmp.codec import Encoding, Request, Response, Status
-from tests.interop.peers import ws_client_frame
 from tests.ssmp.e2e_support import running_broker
-
-TEXT, BINARY = 0x1, 0x2
-WAIT = 10.0
+from tests.stmp.raw_support import BINARY, TEXT, RawWebSocket
 
 
 @pytest.fixture(scope="module")
@@ -26,48 +19,6 @@ def broker():
         ("stmp-ws=tcp:0:interface=127.0.0.1",), auth=("open",), keepalive=0.3
     ) as running:
         yield running
-
-
-class RawWebSocket:
-    """A WebSocket client in a few lines: masked frames out, (opcode, payload) in."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
-        key = base64.b64encode(os.urandom(16))
-        self.sock.sendall(
-            b"GET /stmp HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        )
-        response = b""
-        while b"\r\n\r\n" not in response:
-            response += self.sock.recv(4096)
-        head, _, self.buf = response.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 101")
-
-    def send(self, opcode: int, payload: bytes) -> None:
-        self.sock.sendall(ws_client_frame(opcode, payload))
-
-    def _need(self, size: int) -> None:
-        while len(self.buf) < size:
-            chunk = self.sock.recv(65536)
-            assert chunk, "the server closed the connection"
-            self.buf += chunk
-
-    def frame(self) -> tuple[int, bytes]:
-        """The next data frame (control frames other than close are skipped)."""
-        while True:
-            self._need(2)
-            opcode, size, pos = self.buf[0] & 0x0F, self.buf[1] & 0x7F, 2
-            if size == 126:
-                self._need(4)
-                size, pos = int.from_bytes(self.buf[2:4], "big"), 4
-            self._need(pos + size)
-            payload, self.buf = self.buf[pos : pos + size], self.buf[pos + size :]
-            if opcode in (TEXT, BINARY, 0x8):
-                return opcode, payload
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture

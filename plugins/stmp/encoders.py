@@ -1,0 +1,87 @@
+"""STMP delivery encoders and the serializers of each framing.
+
+A delivery (a message routed by the hub) reaches an STMP client as a notify, action
+``0.0.1.16``, payload ``{"from", "kind", "topic"?, "data" | "data_b64"}`` in the
+encoding the client logged in with (JSON or msgpack). Encoders produce the complete wire
+bytes (for WebSocket: the frames themselves), one function per (framing, encoding), so the
+hub encodes once per group of recipients that share them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from msgbroker.message import Kind, Message
+
+from . import codec, payloads, runs
+from .codec import Encoding, Notify
+from .payloads import encode_payload
+
+#: how a connection frames what it sends: "binary" (TCP, with PS), or over WebSocket
+#: "text" (text frames, binary payloads in a second frame) or "frame" (binary frames)
+Framing = str
+#: message (and ``inline``: a text payload in the text frame, see codec.encode_text) -> wire
+Serializer = Callable[[codec.Message, "bool | None"], bytes]
+
+
+_DELIVERY_KINDS = {
+    Kind.MCAST: "mcast",
+    Kind.UCAST: "ucast",
+    Kind.BCAST: "bcast",
+    Kind.SUBSCRIBE: "subscribe",
+    Kind.UNSUBSCRIBE: "unsubscribe",
+}
+_encoders: dict[tuple[Framing, int], Callable[[Message], bytes | None]] = {}
+
+
+def _delivery(message: Message, encoding: int) -> dict[str, Any]:
+    kind = message.kind
+    topic = message.topic if kind in (Kind.MCAST, Kind.SUBSCRIBE, Kind.UNSUBSCRIBE) else None
+    data = message.payload if kind in (Kind.MCAST, Kind.UCAST, Kind.BCAST) else None
+    return payloads.delivery_fields(message.sender, _DELIVERY_KINDS[kind], topic, data, encoding)
+
+
+def delivery_encoder(framing: Framing, encoding: int) -> Callable[[Message], bytes | None]:
+    """The (shared) encoder of deliveries for one framing and payload encoding."""
+    key = (framing, encoding)
+    encoder = _encoders.get(key)
+    if encoder is None:
+        serialize = serializer(framing)
+        template = runs.mcast_template(framing, encoding)
+
+        def encode(message: Message) -> bytes | None:
+            try:
+                if template is not None and message.kind is Kind.MCAST:
+                    frame = template(message)
+                    if frame is not None:
+                        return frame
+                payload = encode_payload(_delivery(message, encoding), encoding)
+            except ValueError:
+                # a topic or sender JSON/msgpack cannot carry as text (an sbus key that is
+                # not UTF-8 maps to lone surrogates): this recipient is skipped
+                return None
+            return serialize(Notify(payloads.DELIVERY, encoding, payload), None)
+
+        encode.__qualname__ = f"stmp_{framing}_{Encoding(encoding).name.lower()}_delivery"
+        encode_run = runs.run_encoder(framing, encoding, encode)
+        if encode_run is not None:
+            encode.encode_run = encode_run  # type: ignore[attr-defined]
+        encoder = _encoders[key] = encode
+    return encoder
+
+
+def _binary(message: codec.Message, inline: bool | None = None) -> bytes:
+    return codec.encode_binary(message)
+
+
+_serializers: dict[Framing, Serializer] = {"binary": _binary}
+
+
+def serializer(framing: Framing) -> Serializer:
+    return _serializers[framing]
+
+
+def register_serializer(framing: Framing, function: Serializer) -> None:
+    """The WebSocket adapter registers its framings ("text", "frame") here."""
+    _serializers[framing] = function
