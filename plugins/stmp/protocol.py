@@ -270,9 +270,9 @@ class STMPConnection:
 
     def _hold(self) -> None:
         self.holding = True
-        pause = getattr(_reading_transport(self.session.transport), "pauseProducing", None)
-        if pause is not None:
-            pause()  # the peer's further bytes wait in its socket buffers, not in ours
+        # the peer's further bytes wait in its socket buffers, not in ours; counted, so
+        # flood control holding the same peer is not undone by our release
+        self.session.hold_reading("stmp.login")
 
     def _release(self) -> None:
         """The pending login was answered: handle what waited, in order, until it is all
@@ -287,9 +287,7 @@ class STMPConnection:
             self.on_release()
         if self.holding or self.closed:
             return
-        resume = getattr(_reading_transport(self.session.transport), "resumeProducing", None)
-        if resume is not None:
-            resume()
+        self.session.release_reading("stmp.login")
 
     def _notify(self, notify: Notify) -> None:
         """A notify from the client: its route's handler runs, and nothing is answered.
@@ -377,6 +375,8 @@ class STMPConnection:
         """Ping every interval; close once two intervals pass without a byte from the
         client (checked when that deadline falls, not only at the next ping)."""
         now = self.clock.seconds()
+        if self.session.reading_held:
+            self._last_rx = now  # the broker stopped reading: the silence is ours
         deadline = self._last_rx + 2 * self._interval
         if now >= deadline:
             self._heartbeat = None
@@ -409,13 +409,3 @@ class STMPConnection:
             if timer.active():
                 timer.cancel()
             d.cancel()
-
-
-def _reading_transport(transport: Any) -> Any:
-    """The transport that reads the socket under ``transport``: through TLS, whose
-    protocol wrapper cannot pause reading itself."""
-    for _ in range(4):
-        if transport is None or hasattr(transport, "pauseProducing"):
-            break
-        transport = getattr(transport, "transport", None)
-    return transport

@@ -266,6 +266,16 @@ def test_heartbeat_pings_every_interval_and_closes_after_two_silent_intervals(br
     assert a.session.close_reason == "keepalive timeout"
 
 
+def test_heartbeat_never_closes_a_connection_whose_input_the_broker_holds(broker):
+    a = login(broker)
+    a.session.hold_reading("flood control")  # e.g. an sbus client blocking its publisher
+    broker.reactor.advance(300)
+    assert not a.closed
+    a.session.release_reading("flood control")
+    broker.reactor.advance(60)  # silent again, and nobody holds it: closed
+    assert a.closed and a.session.close_reason == "keepalive timeout"
+
+
 def test_login_timeout_closes_without_a_reply():
     broker = make_broker(BrokerConfig(auth=("open",), login_timeout=3))
     conn = connect(broker, "stmp")
