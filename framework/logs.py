@@ -47,6 +47,12 @@ class BrokerLogFilter:
 
     def __call__(self, event: dict[str, Any]) -> PredicateResult:
         level = event.get("log_level")
+        if (
+            level is not None
+            and level < LogLevel.error
+            and str(event.get("log_namespace", "")).startswith(_CLIENTS_FAULTS)
+        ):
+            level = LogLevel.debug  # what a client got wrong: as our protocols log it
         if level is not None and level < self.level:
             return _NO
         text = event.get("log_text")
@@ -56,6 +62,11 @@ class BrokerLogFilter:
             return _NO
         return _MAYBE
 
+
+#: libraries that log a client's bad handshake at info or warn, one line per connection
+#: (autobahn: "failing WebSocket opening handshake", "dropping connection to peer"): below
+#: error they count as debug, so a misbehaving client cannot flood the log through them
+_CLIENTS_FAULTS = ("autobahn.",)
 
 _NO = cast(PredicateResult, PredicateResult.no)
 _MAYBE = cast(PredicateResult, PredicateResult.maybe)

@@ -35,6 +35,16 @@ def test_log_filter_drops_twisteds_per_listener_lines_only():
     assert keep(own) is PredicateResult.maybe
 
 
+def test_log_filter_treats_autobahns_per_client_lines_as_debug():
+    namespace = "autobahn.twisted.websocket.WebSocketServerProtocol"
+    for level in (LogLevel.info, LogLevel.warn):
+        event = {"log_level": level, "log_namespace": namespace}
+        assert BrokerLogFilter("info")(event) is PredicateResult.no
+        assert BrokerLogFilter("debug")(event) is PredicateResult.maybe
+    error = {"log_level": LogLevel.error, "log_namespace": namespace}
+    assert BrokerLogFilter("info")(error) is PredicateResult.maybe
+
+
 def test_listeners_get_a_larger_accept_backlog_unless_they_name_one():
     assert with_backlog("tcp:4444:interface=127.0.0.1", 1024) == (
         "tcp:4444:interface=127.0.0.1:backlog=1024"
