@@ -106,7 +106,7 @@ class QueueGroup:
         """Several messages a member received but never acknowledged, oldest first: offered
         to the others in that order; once one has to wait, the rest wait behind it, all
         ahead of the backlog's newer messages (one :meth:`redeliver` each would reverse
-        them). Past the bound the oldest waiting messages are dropped, as for any other."""
+        them). They may take the backlog past its bound until the next message is kept."""
         delivered = 0
         waiting: list[Message] = []
         for message in messages:
@@ -121,13 +121,7 @@ class QueueGroup:
                     continue
             waiting.append(message)
         for message in reversed(waiting):
-            cost = held_cost(message)
-            self.backlog.appendleft(message)
-            self._costs.appendleft(cost)
-            self.backlog_bytes += cost
-        while self.backlog_bytes > self.limit and len(self.backlog) > 1:
-            self._take_first()
-            self._dropped(1)
+            self._keep(message, first=True)
         return delivered
 
     def drain(self) -> int:
@@ -154,13 +148,7 @@ class QueueGroup:
         peer = self._pick(message, sender)
         if peer is None:
             if self._matching(message, sender):
-                if keep_first:
-                    cost = held_cost(message)
-                    self.backlog.appendleft(message)
-                    self._costs.appendleft(cost)
-                    self.backlog_bytes += cost
-                else:
-                    self._keep(message)
+                self._keep(message, first=keep_first)
             return 0
         _deliver_to(peer, message, self)
         return 1
@@ -185,11 +173,18 @@ class QueueGroup:
         """Whether some member would take ``message`` once it has room."""
         return any(_takes(p, f, message, sender) for p, f in self.members.items())
 
-    def _keep(self, message: Message) -> None:
+    def _keep(self, message: Message, first: bool = False) -> None:
+        """Hold ``message``; past the bound the oldest go. A redelivered one (``first``)
+        goes to the front and trims nothing: it was in memory already (the member that
+        left held it), so nothing is lost at once, and the next message kept trims."""
         cost = held_cost(message)
+        self.backlog_bytes += cost
+        if first:
+            self.backlog.appendleft(message)
+            self._costs.appendleft(cost)
+            return
         self.backlog.append(message)
         self._costs.append(cost)
-        self.backlog_bytes += cost
         while self.backlog_bytes > self.limit and len(self.backlog) > 1:
             self._take_first()
             self._dropped(1)
