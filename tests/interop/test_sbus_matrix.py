@@ -380,7 +380,7 @@ def test_mm2_subscription_to_a_secret_topic_is_an_error_frame_and_a_close(
     subscriber = connect("mm2")
     secret = f"!/cred/{os.getegid()}/{os.geteuid()}/{os.getpid()}/{unique('x')}"
     with pytest.raises(
-        Closed, match="ERROR frame: not allowed to subscribe to .*: secret topics are for sbus"
+        Closed, match=r"ERROR frame: not allowed to subscribe to .*: secret topics are for sbus"
     ):
         subscriber.subscribe(secret)
     subscriber.wait_closed()
