@@ -87,7 +87,8 @@ class Broker:
         self.policy = OutputPolicy(
             max_backlog=self.config.max_backlog, drop=self.config.slow_consumer == "drop"
         )
-        self.output_budget = OutputBudget(config.max_output)
+        #: all slow consumers' backlogs together; letting go of a large one trims the heap
+        self.output_budget = OutputBudget(config.max_output, self.trimmer.released)
         self.pm = build_plugin_manager(
             self.config.plugins, self.config.no_plugins, extra=[self, *plugins]
         )

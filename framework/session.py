@@ -39,6 +39,10 @@ class OutputPolicy:
     drop: bool = False
 
 
+#: a backlog at least this large, let go at once, is worth handing back to the system
+LARGE_RELEASE = 1 << 20
+
+
 class OutputBudget:
     """The bytes queued for *all* slow consumers together (``max-output``).
 
@@ -56,22 +60,27 @@ class OutputBudget:
     True when that released its backlog).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_release: Callable[[], None] | None = None) -> None:
         self.limit = limit
         self.total = 0
         #: member -> the backlog it last reported
         self.members: dict[Any, int] = {}
         #: cuts made to stay within the limit (disconnects and refusals)
         self.cuts = 0
+        #: called when a member lets go of a large backlog (the broker trims the heap)
+        self.on_release = on_release
 
     def update(self, member: Any, backlog: int) -> None:
         """``member``'s backlog is now ``backlog`` bytes (0: it drained or left)."""
         members = self.members
-        self.total += backlog - members.get(member, 0)
+        old = members.get(member, 0)
+        self.total += backlog - old
         if backlog:
             members[member] = backlog
         else:
             members.pop(member, None)
+            if old >= LARGE_RELEASE and self.on_release is not None:
+                self.on_release()
 
     def admits(self, member: Any, backlog: int) -> bool:
         """Whether ``member`` may grow its backlog to ``backlog`` bytes; makes room by

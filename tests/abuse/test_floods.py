@@ -64,7 +64,8 @@ def test_subscription_flood_stops_at_the_limits_and_memory_comes_back(start_brok
         sock.close()
     assert wait_until(lambda: broker.status()["topics"] == 1)
     # the topic table is rebuilt and the heap trimmed a second after the release
-    assert wait_until(lambda: broker.rss() < before + (40 << 20)), mib(broker.rss() - before)
+    # (about +14 MiB remains: what the allocator cannot hand back; +104 MiB at the peak)
+    assert wait_until(lambda: broker.rss() < before + (24 << 20)), mib(broker.rss() - before)
     after = broker.rss()
     assert peak - before < 400 << 20  # 100,000 topics and 10,000-subscription sessions
     FIGURES["subscription flood"] = {
@@ -196,7 +197,11 @@ def test_login_storm_is_throttled_per_address(start_broker, tmp_path):
     unheard, while other addresses log in."""
     secret = tmp_path / "secret"
     secret.write_text("right\n")
-    broker = start_broker("--auth", "secret", "--secret-file", str(secret), "--login-attempts", "2")
+    # the storm opens more connections from one address than the default allows
+    broker = start_broker(
+        *("--auth", "secret", "--secret-file", str(secret), "--login-attempts", "2"),
+        *("--max-connections-per-address", "0"),
+    )
     address = broker.tcp("ssmp")
     storm = scale(50, 2000)
     guesses = []

@@ -256,3 +256,15 @@ def test_holding_a_sessions_input_is_counted_per_holder():
     assert transport.producerState == "paused"
     session.release_reading("flood control")
     assert not session.reading_held and transport.producerState == "producing"
+
+
+def test_letting_go_of_a_large_backlog_is_reported_once():
+    released = []
+    budget = OutputBudget(0, lambda: released.append(True))
+    a, b = Member(0), Member(0)
+    budget.update(a, 2 << 20)
+    budget.update(b, 1000)
+    budget.update(b, 0)  # small: not worth a trim
+    assert released == []
+    budget.update(a, 0)
+    assert released == [True]
