@@ -75,7 +75,7 @@ class Broker:
         #: one info line per limit (or per slow-consumer kind) per 10 s, with a count
         self.rate_limited_log = RateLimitedLog(_log_info)
         #: hands freed heap back to the system after large releases
-        self.trimmer = Trimmer(reactor)
+        self.trimmer = Trimmer(reactor, _log_trim)
         self.hub.on_release = self.trimmer.released
         #: deliveries are written once per recipient per batch; protocols flush it at the
         #: end of each received chunk
@@ -367,3 +367,11 @@ def _log_info(text: str, more: int) -> None:
         log.info("{text} (and {more} more like it since the last line)", text=text, more=more)
     else:
         log.info("{text}", text=text)
+
+
+def _log_trim(before: int, after: int) -> None:
+    log.info(
+        "memory handed back after a large release: resident {before} MiB -> {after} MiB",
+        before=before >> 20,
+        after=after >> 20,
+    )

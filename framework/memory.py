@@ -62,8 +62,10 @@ def resident_bytes() -> int:
 class Trimmer:
     """Schedules one :func:`trim` on ``clock`` after large releases."""
 
-    def __init__(self, clock: Any) -> None:
+    def __init__(self, clock: Any, report: Any = None) -> None:
         self._clock = clock
+        #: ``report(resident_before, resident_after)`` after each trim, in bytes
+        self._report = report
         self._call: Any = None
         self._closes = 0
         self._last: float | None = None
@@ -91,8 +93,11 @@ class Trimmer:
         self.trims += 1
         # a closed connection's protocol, transport and decoder refer to each other, so
         # they (and the caches they hold) wait for the cyclic collector's rare full pass
+        before = resident_bytes()
         gc.collect()
         trim()
+        if self._report is not None:
+            self._report(before, resident_bytes())
 
     def cancel(self) -> None:
         if self._call is not None and self._call.active():

@@ -41,16 +41,15 @@ def scale(short: int, full: int) -> int:
     return full if FULL else short
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = WAIT, every: float = 0.05) -> bool:
-    """Poll ``condition`` (a measurement with no event to wait on, like resident memory)
-    until it holds or ``timeout`` passes."""
+def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> bool:
+    """Ask again until ``condition`` holds or ``timeout`` passes. Each question is a round
+    trip to the broker (its status line), so this waits on the broker's answers, not on
+    the clock."""
     deadline = time.monotonic() + timeout
-    while True:
-        if condition():
-            return True
+    while not condition():
         if time.monotonic() >= deadline:
             return False
-        time.sleep(every)
+    return True
 
 
 class BrokerProcess:
@@ -102,6 +101,19 @@ class BrokerProcess:
     def reset_peak(self) -> None:
         """Start measuring the peak from now (writing 5 to clear_refs resets VmHWM)."""
         Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+
+    def trimmed_below(self, bound: int) -> int:
+        """Wait for the broker to say it handed memory back with its resident size under
+        ``bound`` bytes (it trims a second after a large release, at most every 10 s);
+        returns that size."""
+        deadline = time.monotonic() + WAIT
+        while True:
+            match = self.log.wait_for(
+                r"memory handed back .* -> (\d+) MiB", timeout=max(0.1, deadline - time.monotonic())
+            )
+            after = int(match.group(1)) << 20
+            if after < bound:
+                return after
 
     def status(self) -> dict[str, int]:
         """The broker's own SIGUSR1 status line, as numbers."""

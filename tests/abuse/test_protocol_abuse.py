@@ -283,7 +283,10 @@ def test_a_name_the_journal_cannot_encode_costs_no_other_record(start_broker, tm
                 found.update(v for v in values if v)
         return found
 
-    assert wait_until(lambda: {"before", "after"} <= column("messages", "topic"))
-    assert wait_until(lambda: "good" in column("sessions", "identity"))
+    # each look at the files follows a round trip to the broker (its status line)
+    assert wait_until(
+        lambda: bool(broker.status()) and {"before", "after"} <= column("messages", "topic")
+    )
+    assert wait_until(lambda: bool(broker.status()) and "good" in column("sessions", "identity"))
     assert not [line for line in broker.log.lines if "lost" in line]
     broker.assert_no_traceback()

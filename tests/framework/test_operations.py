@@ -80,3 +80,13 @@ def test_trimmer_trims_once_shortly_after_a_large_release():
 def test_trim_and_resident_size_work_on_this_machine():
     assert memory.trim()  # glibc
     assert memory.resident_bytes() > 1 << 20
+
+
+def test_trimmer_reports_resident_memory_before_and_after():
+    clock = Clock()
+    reports = []
+    trimmer = memory.Trimmer(clock, lambda before, after: reports.append((before, after)))
+    trimmer.released()
+    clock.advance(memory.TRIM_DELAY)
+    ((before, after),) = reports
+    assert before > 1 << 20 and after > 1 << 20
