@@ -44,7 +44,8 @@ from msgbroker.plugins.mm2.codec import (
 )
 from tests.mm2.support import decode_frames, decode_handshake
 
-VECTORS_FILE = Path(__file__).parents[3] / "shared" / "vectors" / "micromessage2.md"
+#: the project's byte-exact Micromessage2 vectors, kept in the repository (tests/vectors/)
+VECTORS_FILE = Path(__file__).parents[1] / "vectors" / "micromessage2.md"
 _VECTOR_RE = re.compile(
     r"^### (V\w+) (.*?)\n(.*?)```\n(.*?)```\n\((\d+) bytes\)", re.MULTILINE | re.DOTALL
 )
@@ -53,8 +54,6 @@ _VECTOR_RE = re.compile(
 def read_vectors():
     """{id: (title, description, bytes, byte count)} from the markdown: a ``### Vn title``
     heading, a description, the hex in a fenced block, then ``(N bytes)``."""
-    if not VECTORS_FILE.exists():
-        return {}
     found = {}
     for ident, title, description, hex_text, count in _VECTOR_RE.findall(VECTORS_FILE.read_text()):
         found[ident] = (title, description.strip(), bytes.fromhex(hex_text), int(count))
@@ -62,10 +61,6 @@ def read_vectors():
 
 
 VECTORS = read_vectors()
-needs_vectors = pytest.mark.skipif(
-    not VECTORS,
-    reason=f"Micromessage2 vectors not found at {VECTORS_FILE} (shared/ beside the repo)",
-)
 
 HULK_REQUIRED = (Extension("json"), Extension("dotnet"))
 V3_CONFIRM = Handshake("hulk", HULK_REQUIRED, (Extension("batch-ack", {"max-count": "10"}),))
@@ -133,55 +128,46 @@ def vector_cases(*kinds):
 # -- the vectors --------------------------------------------------------------------------------
 
 
-@needs_vectors
 def test_every_vector_in_the_file_is_checked():
     assert sorted(VECTORS) == sorted(EXPECTED)
 
 
-@needs_vectors
 def test_vector_byte_counts_match_their_notes():
     """The hex was read whole: each block has the length its note gives."""
     for ident, (_, _, data, count) in VECTORS.items():
         assert len(data) == count, ident
 
 
-@needs_vectors
 @vector_cases("handshake")
 def test_handshake_vector_encodes_byte_exactly(ident):
     assert encode_handshake(EXPECTED[ident][1]) == vector_bytes(ident)
 
 
-@needs_vectors
 @vector_cases("handshake", "handshake-parse-only")
 def test_handshake_vector_decodes_whole_and_split(ident):
     assert decode_handshake(vector_bytes(ident)) == (EXPECTED[ident][1], False, b"")
 
 
-@needs_vectors
 @vector_cases("frame")
 def test_frame_vector_encodes_byte_exactly(ident):
     assert encode_frame(EXPECTED[ident][1]) == vector_bytes(ident)
 
 
-@needs_vectors
 @vector_cases("frame", "frame-parse-only")
 def test_frame_vector_decodes_whole_and_split(ident):
     assert decode_frames(vector_bytes(ident)) == ([EXPECTED[ident][1]], False, b"")
 
 
-@needs_vectors
 def test_v1_to_v4_negotiate_minor_1_or_the_spec_literal_0():
     for ident, minor in (("V1", 1), ("V2", 1), ("V3", 1), ("V4", 0)):
         assert negotiate_minor(decode_handshake(vector_bytes(ident))[0]) == minor
 
 
-@needs_vectors
 def test_v3_numbers_the_active_extensions_json_dotnet_batch_ack():
     active = active_extensions(decode_handshake(vector_bytes("V3"))[0])
     assert [active.id_of(name) for name in ("json", "dotnet", "batch-ack")] == [1, 2, 3]
 
 
-@needs_vectors
 def test_v5_major_3_parses_but_negotiation_rejects_it():
     hello = decode_handshake(vector_bytes("V5"))[0]
     assert hello.major == 3
@@ -189,18 +175,15 @@ def test_v5_major_3_parses_but_negotiation_rejects_it():
         negotiate_minor(hello)
 
 
-@needs_vectors
 def test_v8_untyped_value_and_underscore_key_are_read_but_never_written():
     with pytest.raises(ValueError, match="FIELD"):
         encode_frame(EXPECTED["V8"][1])
 
 
-@needs_vectors
 def test_v9_uses_large_for_a_300_byte_payload():
     assert vector_bytes("V9")[0] == LARGE
 
 
-@needs_vectors
 def test_v10_and_v11_are_cumulative_acks_across_the_wrap():
     v10, v11 = (decode_frames(vector_bytes(i))[0][0] for i in ("V10", "V11"))
     assert parse_ack(v10) == 4
@@ -209,19 +192,16 @@ def test_v10_and_v11_are_cumulative_acks_across_the_wrap():
     assert acked_count(oldest=65534, outstanding=3, ack=parse_ack(v11)) == 3
 
 
-@needs_vectors
 def test_v13_is_a_subscribe_with_two_filters():
     (command,), _, _ = decode_frames(vector_bytes("V13"))
     assert parse_pubsub(command) == V13_SUBSCRIBE
     assert encode_frame(encode_pubsub(V13_SUBSCRIBE)) == vector_bytes("V13")
 
 
-@needs_vectors
 def test_v14_error_frame_arrives_instead_of_the_step_2_handshake():
     assert decode_handshake(vector_bytes("V14")) == (EXPECTED["V14"][1], False, b"")
 
 
-@needs_vectors
 def test_v15_fragments_reassemble_and_are_what_splitting_writes():
     stream = vector_bytes("V15a") + vector_bytes("V15b")
     frames, _, _ = decode_frames(stream)

@@ -34,14 +34,10 @@ from msgbroker.plugins.stmp.codec import (
     parse_prefix,
 )
 
-VECTORS_FILE = Path(__file__).parents[3] / "shared" / "vectors" / "stmp.json"
-VECTORS = json.loads(VECTORS_FILE.read_text()) if VECTORS_FILE.exists() else []
-needs_vectors = pytest.mark.skipif(
-    not VECTORS, reason=f"STMP vectors not found at {VECTORS_FILE} (shared/ beside the repo)"
-)
-vector_cases = pytest.mark.parametrize(
-    "vector", VECTORS or [None], ids=[v["name"] for v in VECTORS] or ["no-vectors"]
-)
+#: the project's byte-exact STMP vectors, kept in the repository (tests/vectors/)
+VECTORS_FILE = Path(__file__).parents[1] / "vectors" / "stmp.json"
+VECTORS = json.loads(VECTORS_FILE.read_text())
+vector_cases = pytest.mark.parametrize("vector", VECTORS, ids=[v["name"] for v in VECTORS])
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -112,7 +108,6 @@ def text_message_of(vector):
 # -- vectors -----------------------------------------------------------------------------------
 
 
-@needs_vectors
 def test_vectors_cover_every_kind_and_both_text_forms():
     kinds = {v["fields"]["kind"] for v in VECTORS}
     assert kinds == {0, 1, 2, 3}
@@ -120,7 +115,6 @@ def test_vectors_cover_every_kind_and_both_text_forms():
     assert any(isinstance(v["text"], str) for v in VECTORS)
 
 
-@needs_vectors
 @vector_cases
 def test_vector_encodes_binary_with_ps(vector):
     encoded = encode_binary(message_of(vector))
@@ -128,19 +122,16 @@ def test_vector_encodes_binary_with_ps(vector):
     assert encoded[:1].hex() == vector["header_byte_hex"]
 
 
-@needs_vectors
 @vector_cases
 def test_vector_parses_from_binary_stream_whole_and_split(vector):
     assert decode_stream(bytes.fromhex(vector["binary_hex"])) == ([message_of(vector)], False)
 
 
-@needs_vectors
 @vector_cases
 def test_vector_encodes_binary_frame_without_ps(vector):
     assert encode_binary(message_of(vector), with_ps=False).hex() == vector["binary_nops_hex"]
 
 
-@needs_vectors
 @vector_cases
 def test_vector_parses_from_binary_frame(vector):
     frame = bytes.fromhex(vector["binary_nops_hex"])
@@ -150,7 +141,6 @@ def test_vector_parses_from_binary_frame(vector):
     assert not decoder.waiting_for_payload
 
 
-@needs_vectors
 @vector_cases
 def test_vector_encodes_text(vector):
     message, inline = text_message_of(vector)
@@ -161,7 +151,6 @@ def test_vector_encodes_text(vector):
         assert encode_text(message) == (header, bytes.fromhex(follow_up["binary_hex"]))
 
 
-@needs_vectors
 @vector_cases
 def test_vector_parses_from_text(vector):
     message, _ = text_message_of(vector)
@@ -176,14 +165,12 @@ def test_vector_parses_from_text(vector):
     assert not decoder.waiting_for_payload
 
 
-@needs_vectors
 def test_version_check_vectors_carry_version_0_1():
     checks = [message_of(v) for v in VECTORS if is_version_check(message_of(v))]
     assert len(checks) == 2
     assert all(decode_versions(m.payload) == [(0, 1)] for m in checks)
 
 
-@needs_vectors
 def test_all_vectors_concatenated_parse_under_every_split():
     stream = b"".join(bytes.fromhex(v["binary_hex"]) for v in VECTORS)
     assert decode_stream(stream) == ([message_of(v) for v in VECTORS], False)
