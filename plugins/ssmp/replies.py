@@ -13,7 +13,7 @@ from attrs import frozen
 
 from msgbroker.errors import RemoteProtocolError
 
-from .codec import MAX_MESSAGE, IdCache, _payload_end
+from .grammar import MAX_MESSAGE, IdCache, _payload_end
 
 # -- events a client receives ---------------------------------------------------------------
 
