@@ -1,14 +1,14 @@
 """STMP 0.1 text serialization (WebSocket text frames), sans-IO: :func:`encode_text` and
 :class:`TextDecoder`. No Twisted here. The format is described in :mod:`.codec`, which
-re-exports both names and whose helpers they use: import them from there. (Importing this
-module first, before :mod:`.codec`, fails on the import cycle.)
+re-exports both names: import them from there. It builds on :mod:`.binarycodec`'s types and
+helpers.
 """
 
 from __future__ import annotations
 
 from msgbroker.errors import RemoteProtocolError
 
-from .codec import (
+from .binarycodec import (
     _ENCODINGS,
     DEFAULT_MAX_PAYLOAD,
     PING,
