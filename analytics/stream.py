@@ -266,7 +266,7 @@ def _check_broker(broker: str, identity: str | None) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the stats query until interrupted (Ctrl-C, SIGTERM) or it fails."""
-    from .cli import require_spark_extra, start_spark
+    from .spark import require_spark_extra, start_spark
 
     require_spark_extra()  # before the import of pyspark below
     if not Path(args.journal_dir).is_dir():

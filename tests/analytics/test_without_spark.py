@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from msgbroker.analytics.cli import SPARK_EXTRA
+from msgbroker.analytics.spark import SPARK_EXTRA
 
 #: installed first thing in the process (``sitecustomize`` on ``PYTHONPATH``): every import
 #: of the spark extra's modules fails as it does where they are not installed. And the
