@@ -69,8 +69,8 @@ _MODULE_OPTION_PREFIXES = ("--add-", "--enable-native-access", "--sun-misc-")
 #: a crashed prepare's temporary files older than this are removed by the next prepare
 _STALE_TEMP_SECONDS = 24 * 3600
 
-# what the child process runs (see _record)
-_CHILD = "from msgbroker.analytics.classcache import _record; _record()"
+# what the child process runs (msgbroker.analytics.classrecord)
+_CHILD = "from msgbroker.analytics.classrecord import record; record()"
 
 
 class PrepareFailed(Exception):
@@ -192,7 +192,7 @@ def _metadata_path(archive: Path) -> Path:
 
 def current_key(environ: Mapping[str, str] | None = None) -> str | None:
     """:func:`setup_key` for this process's Java and PySpark, None without either."""
-    from .session import find_java
+    from .java import find_java
 
     java = find_java()
     if java is None:
@@ -247,58 +247,6 @@ def java_option(archive: Path) -> str | None:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
-
-
-def _record() -> None:
-    """The child process: start a session that lists the classes it loads, run a workload
-    like the jobs', write the driver's classpath and options to ``argv[2]`` as JSON."""
-    class_list, out = sys.argv[1], sys.argv[2]
-    import pyspark.sql.functions as F
-
-    from .session import start_session
-
-    spark = start_session(
-        "local[2]",
-        quiet=True,
-        **{
-            "spark.driver.extraJavaOptions": f"-XX:DumpLoadedClassList={class_list}",
-            "spark.sql.shuffle.partitions": "2",
-        },
-    )
-    try:
-        jvm = spark._jvm
-        assert jvm is not None
-        df = spark.createDataFrame(
-            [(i % 3, float(i), f"t{i % 2}", i * 1_000_000) for i in range(24)],
-            "k int, v double, s string, us long",
-        ).withColumn("ts", F.timestamp_micros("us"))
-        df.groupBy("k", F.window("ts", "10 seconds")).agg(
-            F.count("*").alias("n"),
-            F.sum("v"),
-            F.max("s"),
-            F.min("ts"),
-            F.first("s"),
-        ).withColumn("j", F.to_json(F.struct("k", "n"))).toArrow()
-        with tempfile.TemporaryDirectory(prefix="msgbroker-cds-") as tmp:
-            df.write.parquet(f"{tmp}/t")
-            spark.read.parquet(f"{tmp}/t").where(F.col("v") > 1).groupBy(
-                F.date_trunc("hour", "ts")
-            ).agg(F.sum(F.when(F.col("k") == 1, F.lit(1)).otherwise(0))).toArrow()
-
-        def partition_sum(rows: Any) -> Any:
-            yield sum(rows)
-
-        spark.sparkContext.parallelize(range(8), 2).mapPartitions(partition_sum).collect()
-        spark.sql("SELECT 1 AS x, 'a' AS y UNION ALL SELECT 2, 'b'").where("x > 1").collect()
-        runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-        info = {
-            "classpath": str(jvm.java.lang.System.getProperty("java.class.path")),
-            "java_home": str(jvm.java.lang.System.getProperty("java.home")),
-            "options": [str(a) for a in runtime.getInputArguments()],
-        }
-    finally:
-        spark.stop()
-    Path(out).write_text(json.dumps(info))
 
 
 def _run(command: list[str], what: str, timeout: float, **kwargs: Any) -> None:
@@ -361,9 +309,9 @@ def _remove_leftovers(cache: Path, keep: Path, java: str, home: str) -> None:
 def prepare(*, force: bool = False, cache: Path | None = None, timeout: float = 900.0) -> Prepared:
     """Build the archive for the current setup, unless there is one (or ``force``).
 
-    :class:`~msgbroker.analytics.session.JavaMissing` without Java, :class:`PrepareFailed`
+    :class:`~msgbroker.analytics.java.JavaMissing` without Java, :class:`PrepareFailed`
     (one line) for anything else. Takes about a minute (two JVM runs and the dump)."""
-    from .session import check_java
+    from .java import check_java
 
     check_java()
     started = time.monotonic()

@@ -116,7 +116,7 @@ def _running_spark() -> bool:
 def _run_prepare(args: argparse.Namespace) -> int:
     require_spark_extra()
     from . import classcache
-    from .session import JavaMissing
+    from .java import JavaMissing
 
     try:
         done = classcache.prepare(force=args.force)

@@ -8,7 +8,6 @@ saying what to install, which the command line prints as its only error line.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -18,13 +17,10 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+from .java import check_java
+
 DEFAULT_MASTER = "local[*]"
 APP_NAME = "msgbroker-analytics"
-
-JAVA_MISSING = (
-    "Java 17 is needed to run Spark and none was found (no JAVA_HOME, no java on PATH): "
-    "install it (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
-)
 
 # Spark's own INFO/WARN lines at start-up (native-hadoop, default log level ...) say nothing
 # to someone running a report; errors still show
@@ -41,31 +37,6 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = error
 """
-
-
-class JavaMissing(Exception):
-    """No usable Java: the message says what to install."""
-
-    def __init__(self, message: str = JAVA_MISSING) -> None:
-        super().__init__(message)
-
-
-def find_java() -> str | None:
-    """The ``java`` Spark's launcher will run: ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home, "bin", "java")
-        return str(candidate) if os.access(candidate, os.X_OK) else None
-    return shutil.which("java")
-
-
-def check_java() -> str:
-    """The java executable, or :class:`JavaMissing` (a set but empty JAVA_HOME counts as none,
-    as it does for ``spark-submit``)."""
-    java = find_java()
-    if java is None:
-        raise JavaMissing
-    return java
 
 
 def is_local(master: str) -> bool:

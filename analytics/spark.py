@@ -45,7 +45,8 @@ def start_spark(master: str, sql: bool = True) -> SparkSession | SparkContext:
     start), or :class:`CommandError` with one line for a missing extra or a missing Java.
     One already running in this process (a notebook, the tests) is returned as it is,
     ``master`` aside."""
-    from .session import JavaMissing, start_context, start_session
+    from .java import JavaMissing
+    from .session import start_context, start_session
 
     require_spark_extra()
     try:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from msgbroker.analytics import classcache
-from msgbroker.analytics.session import JAVA_MISSING, _class_archive_option, find_java
+from msgbroker.analytics.java import JAVA_MISSING, find_java
+from msgbroker.analytics.session import _class_archive_option
 from msgbroker.cli import main
 
 # a driver started in a child process (its own JVM): prints how long the session and a first

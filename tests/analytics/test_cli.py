@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgbroker.analytics.charts import CHARTS
+from msgbroker.analytics.java import JAVA_MISSING
 from msgbroker.analytics.report import parse_time
-from msgbroker.analytics.session import JAVA_MISSING
 from msgbroker.cli import main
 
 
