@@ -166,6 +166,20 @@ class Broker:
         self.hub.on_skip = self._log_skip
         self.hub.on_limit = self._log_limit
 
+    def add_plugin(self, plugin: Any, name: str | None = None) -> None:
+        """Register ``plugin`` with this running broker, as if it had been there from the
+        start for every hook called from now on: the hot path's hooks are resolved again
+        (a plugin that starts with the broker, like the journal, registers its observer
+        from ``msgbroker_broker_started``)."""
+        self.pm.register(plugin, name=name)
+        self._bind_hooks()
+
+    def remove_plugin(self, plugin: Any = None, name: str | None = None) -> Any:
+        """Unregister a plugin (by object or by name) and resolve the hooks again; returns it."""
+        removed = self.pm.unregister(plugin, name=name)
+        self._bind_hooks()
+        return removed
+
     def listeners(self) -> tuple[Listener, ...]:
         """The configured listeners, or every protocol's default endpoint."""
         if self.config.listeners:

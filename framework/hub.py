@@ -274,7 +274,10 @@ class Hub:
             if self.on_release is not None:
                 self.on_release()
 
-    def _matching_patterns(self, topic_name: str) -> dict[Encoder, dict[Peer, None]]:
+    def pattern_recipients(self, topic_name: str) -> dict[Encoder, dict[Peer, None]]:
+        """The pattern subscribers (sbus) an MCAST on ``topic_name`` reaches, grouped by
+        encoder; memoized per topic until a pattern is added or removed (read-only: a
+        protocol may cache them while :attr:`generation` stays the same)."""
         groups = self._pattern_groups.get(topic_name)
         if groups is None:
             groups = {}
@@ -316,7 +319,7 @@ class Hub:
         exclude = None if echo else sender
         topic = self.topics.get(message.topic)  # type: ignore[arg-type]
         if self.patterns:
-            matched = self._matching_patterns(message.topic)  # type: ignore[arg-type]
+            matched = self.pattern_recipients(message.topic)  # type: ignore[arg-type]
             if matched:
                 return self._route_with_patterns(message, topic, matched, exclude)
         if topic is None:

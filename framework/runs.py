@@ -28,7 +28,7 @@ def multicast_run(hub: Hub, sender: Peer | None, run: MessageRun) -> int:
     topic = hub.topics.get(run.topic)
     if (
         one_by_one(topic)
-        or (hub.patterns and hub._matching_patterns(run.topic))
+        or (hub.patterns and hub.pattern_recipients(run.topic))
         or (
             (hub.observer is not None or hub.run_observer is not None)
             and not _observes_run(hub, topic, run)

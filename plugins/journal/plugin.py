@@ -160,8 +160,7 @@ def msgbroker_broker_started(broker: Broker) -> None:
         raise ConfigError(f"cannot write the journal in {config.journal}: {e}") from None
     for path in writer.removed:
         log.info("journal: removed {path}, left by an interrupted write", path=str(path))
-    broker.pm.register(Journal(writer), name=ACTIVE)
-    broker._bind_hooks()  # the hub gets its observers now
+    broker.add_plugin(Journal(writer), name=ACTIVE)  # the hub gets its observers now
     log.info(
         "journal writing to {directory}{payloads}",
         directory=config.journal,
@@ -174,6 +173,5 @@ def msgbroker_broker_stopped(broker: Broker) -> None:
     journal = active_journal(broker)
     if journal is None:
         return
-    broker.pm.unregister(name=ACTIVE)
-    broker._bind_hooks()
+    broker.remove_plugin(name=ACTIVE)
     journal.writer.close()

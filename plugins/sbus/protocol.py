@@ -198,7 +198,7 @@ class SbusServerProtocol(Protocol):
         hub = self.hub
         if hub.observer is not None or self.broker.authorizes or topic in hub.topics:
             return
-        groups = hub._matching_patterns(topic) if hub.patterns else {}
+        groups = hub.pattern_recipients(topic) if hub.patterns else {}
         if any(encoder is not encode_message for encoder in groups):
             return
         session = self.session
