@@ -22,21 +22,6 @@ from .errors import ConfigError
 PROJECT = "msgbroker"
 log = logging.getLogger(__name__)
 
-#: Built-in plugins: entry-point name -> module. Used when msgbroker runs from a source
-#: tree that was not installed, so its entry points are unknown; the installed entry points
-#: are identical (pyproject.toml).
-BUILTIN_PLUGINS = {
-    "ssmp": "msgbroker.plugins.ssmp.plugin",
-    "stmp": "msgbroker.plugins.stmp.plugin",
-    "mm2": "msgbroker.plugins.mm2.plugin",
-    "mm2-extensions": "msgbroker.plugins.mm2.builtin",
-    "sbus": "msgbroker.plugins.sbus.plugin",
-    "auth-open": "msgbroker.plugins.auth.open",
-    "auth-secret": "msgbroker.plugins.auth.secret",
-    "auth-cert": "msgbroker.plugins.auth.cert",
-    "journal": "msgbroker.plugins.journal.plugin",
-}
-
 
 class PluginManager(pluggy.PluginManager):
     """A pluggy manager that also accepts undecorated ``msgbroker_*`` methods of
@@ -61,8 +46,9 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
 def build_plugin_manager(
     plugins: Iterable[str] = (), blocked: Iterable[str] = (), extra: Iterable[Any] = ()
 ) -> PluginManager:
-    """A plugin manager with every hookspec, the built-ins, entry-point plugins, then
-    ``plugins`` (module names) and ``extra`` (plugin objects), minus ``blocked`` names."""
+    """A plugin manager with every hookspec, the entry-point plugins (the built-ins are
+    entry points of our own distribution, listed once, in pyproject.toml), then ``plugins``
+    (module names) and ``extra`` (plugin objects), minus ``blocked`` names."""
     pm = PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
     for name in blocked:
@@ -78,9 +64,6 @@ def build_plugin_manager(
             raise ConfigError(f"plugin {ep.name!r} ({ep.value}) failed to load: {e}") from None
         if not pm.is_registered(module):
             pm.register(module, name=ep.name)
-    for name, module_name in BUILTIN_PLUGINS.items():
-        if name not in seen and not pm.is_blocked(name):
-            pm.register(importlib.import_module(module_name), name=name)
     for module_name in plugins:
         if pm.is_blocked(module_name):
             continue

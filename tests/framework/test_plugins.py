@@ -254,3 +254,15 @@ def test_register_protocols_hook_adds_a_protocol_with_its_default_endpoint():
 def test_two_protocols_with_one_name_are_an_error():
     with pytest.raises(ConfigError, match="two plugins register the protocol 'ssmp'"):
         make_broker(plugins=[EchoPlugin("ssmp")])
+
+
+def test_the_built_ins_are_the_entry_points_pyproject_declares():
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    declared = pyproject["project"]["entry-points"]["msgbroker"]
+    broker = make_broker()
+    for name, module in declared.items():
+        plugin = broker.pm.get_plugin(name)
+        assert plugin is not None and plugin.__name__ == module, name
