@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
+import threading
 from typing import Any
 
 from msgbroker.plugins.stmp import codec
@@ -118,3 +119,30 @@ def ended(sock: socket.socket) -> bool:
     except ConnectionResetError:
         pass
     return True
+
+
+def flood_past_a_stalled_reader(port: int, topic: str, count: int, payload: bytes) -> list[bytes]:
+    """Publish ``count`` messages on ``topic`` from a blocking STMP client while another one,
+    subscribed to it, reads every delivery; returns what that healthy reader received (a
+    stalled subscriber set up by the caller must never make either of them wait)."""
+    from msgbroker.plugins.stmp.blocking import BlockingSTMPClient
+
+    received: list[bytes] = []
+    with (
+        BlockingSTMPClient("127.0.0.1", port, f"fast-{topic}") as fast,
+        BlockingSTMPClient("127.0.0.1", port, f"pub-{topic}") as publisher,
+    ):
+        fast.subscribe(topic)
+
+        def read_all() -> None:
+            while len(received) < count:
+                delivery = fast.next_delivery(30)
+                assert delivery is not None
+                received.append(delivery.data)
+
+        reader = threading.Thread(target=read_all)
+        reader.start()
+        for _ in range(count):
+            publisher.publish(topic, payload)
+        reader.join(60)
+    return received

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-import threading
 
 import pytest
 
@@ -13,6 +12,7 @@ from msgbroker.plugins.stmp.blocking import BlockingSTMPClient, STMPError
 from msgbroker.plugins.stmp.codec import Status
 from tests.certs import make_pki
 from tests.ssmp.e2e_support import parse_address, running_broker
+from tests.stmp.raw_support import ended, flood_past_a_stalled_reader, request
 
 LISTENERS = (
     "stmp=tcp:0:interface=127.0.0.1",
@@ -140,25 +140,7 @@ def test_tcp_garbage_closes_only_that_connection(broker):
         bystander.subscribe("still-here-too")
 
 
-def ended(sock):
-    """True once the peer closed ``sock`` (FIN or RST), reading what is left."""
-    try:
-        while sock.recv(65536):
-            pass
-    except ConnectionResetError:
-        pass
-    return True
-
-
 def test_slow_stmp_consumer_is_disconnected_and_others_keep_receiving(broker):
-    from msgbroker.plugins.stmp import codec
-    from msgbroker.plugins.stmp.payloads import encode_payload
-
-    def request(ident, action, obj):
-        return codec.encode_binary(
-            codec.Request(ident, codec.parse_action(action), 2, encode_payload(obj, 2))
-        )
-
     payload, count = b"y" * 4000, 2000  # ~8 MB: beyond the kernel's buffers and the budget
     stalled = socket.socket()
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -168,24 +150,7 @@ def test_slow_stmp_consumer_is_disconnected_and_others_keep_receiving(broker):
         request(1, "0.0.1.1", {"id": "stmp-stalled", "scheme": "open"})
         + request(2, "0.0.1.2", {"topic": "flood"})
     )
-    received = []
-    with (
-        BlockingSTMPClient("127.0.0.1", port(broker, 0), "stmp-fast") as fast,
-        BlockingSTMPClient("127.0.0.1", port(broker, 0), "stmp-pub") as publisher,
-    ):
-        fast.subscribe("flood")
-
-        def read_all():
-            while len(received) < count:
-                delivery = fast.next_delivery(30)
-                assert delivery is not None
-                received.append(delivery.data)
-
-        reader = threading.Thread(target=read_all)
-        reader.start()
-        for _ in range(count):
-            publisher.publish("flood", payload)
-        reader.join(60)
+    received = flood_past_a_stalled_reader(port(broker, 0), "flood", count, payload)
     assert len(received) == count and set(received) == {payload}
     # the stalled consumer was cut off: its socket ends once what was sent is read
     assert ended(stalled)

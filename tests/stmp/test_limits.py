@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 
 import pytest
 from twisted.internet.address import IPv4Address
@@ -23,6 +22,7 @@ from tests.stmp.raw_support import (
     TEXT,
     RawWebSocket,
     ended,
+    flood_past_a_stalled_reader,
     handshake_head,
     request,
     text_request,
@@ -166,24 +166,8 @@ def test_a_slow_consumer_is_closed_through_its_session(broker, transport):
     identity, topic = f"stalled-{transport}", f"flood-{transport}"
     stalled = (stalled_tcp if transport == "tcp" else stalled_ws)(broker, identity, topic)
     session = session_of(broker, identity)
-    payload, count, received = b"y" * 4000, 2000, []  # ~8 MB: past the kernel and the budget
-    with (
-        BlockingSTMPClient("127.0.0.1", port(broker, 0), f"fast-{transport}") as fast,
-        BlockingSTMPClient("127.0.0.1", port(broker, 0), f"pub-{transport}") as publisher,
-    ):
-        fast.subscribe(topic)
-
-        def read_all():
-            while len(received) < count:
-                delivery = fast.next_delivery(30)
-                assert delivery is not None
-                received.append(delivery.data)
-
-        reader = threading.Thread(target=read_all)
-        reader.start()
-        for _ in range(count):
-            publisher.publish(topic, payload)
-        reader.join(60)
+    payload, count = b"y" * 4000, 2000  # ~8 MB: past the kernel and the budget
+    received = flood_past_a_stalled_reader(port(broker, 0), topic, count, payload)
     assert len(received) == count  # the others never waited for the slow one
     assert ended(stalled)
     stalled.close()
