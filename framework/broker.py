@@ -10,20 +10,26 @@ hooks) without any decorator.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 from twisted.logger import Logger
 
 from .auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
 from .config import BrokerConfig, Listener
+from .connection import StreamFactory
 from .errors import ConfigError, LimitExceeded
 from .hub import Hub, HubLimits, Peer
 from .limits import ConnectionLimits, LoginThrottle, RateLimitedLog
 from .memory import Trimmer, resident_bytes
 from .message import Encoder, Message, MessageRun, RouteResult
+from .output import Batcher, Output, OutputBudget, OutputPolicy
 from .pluginmanager import build_plugin_manager, has_implementations
-from .session import Batcher, OutputBudget, OutputPolicy, Session
+from .reasons import CloseReason
+from .session import Link, Session
+
+if TYPE_CHECKING:
+    from .connection import ServerSession
 
 log = Logger(namespace="msgbroker")
 
@@ -34,8 +40,9 @@ class ProtocolSpec:
 
     #: the name ``--listen NAME=ENDPOINT`` uses
     name: str
-    #: ``build_factory(broker, listener)`` -> a Twisted protocol factory for one listener
-    build_factory: Callable[[Broker, Listener], Any]
+    #: ``build_factory(broker, listener)`` -> a Twisted protocol factory for one listener;
+    #: ``None``: ``session`` served over stream endpoints (tcp, tls, unix)
+    build_factory: Callable[[Broker, Listener], Any] | None = None
     #: where the embedded default configuration listens, or ``None``
     default_endpoint: str | None = None
     description: str = ""
@@ -43,6 +50,17 @@ class ProtocolSpec:
     #: whose listeners are no Twisted endpoint string (sbus: unix seqpacket sockets);
     #: ``None``: ``twisted.internet.endpoints.serverFromString``
     build_endpoint: Callable[[Any, str], Any] | None = None
+    #: the protocol's server session (``msgbroker.connection.ServerSession``): what serves
+    #: one connection, sans-IO
+    session: type[ServerSession] | None = None
+
+    def factory(self, broker: Broker, listener: Listener) -> Any:
+        """The Twisted protocol factory for one of this protocol's listeners."""
+        if self.build_factory is not None:
+            return self.build_factory(broker, listener)
+        if self.session is None:
+            raise ConfigError(f"protocol {self.name!r} has neither a session nor a factory")
+        return StreamFactory(broker, self.session)
 
 
 class Broker:
@@ -214,47 +232,45 @@ class Broker:
         self,
         protocol: str,
         encode: Encoder,
-        transport: Any,
-        closer: Callable[[str], None],
+        link: Link,
+        make_output: Callable[[Session], Output],
         host: str = "",
         tls_names: frozenset[str] | None = None,
     ) -> Session:
-        """A new session for a connection just made (calls ``msgbroker_session_opened``)."""
+        """A new session for a connection just made, writing through the output
+        ``make_output(session)`` returns (calls ``msgbroker_session_opened``)."""
         session = Session(
             protocol=protocol,
             encode=encode,
-            transport=transport,
-            policy=self.policy,
             stats=self.hub.stats,
-            closer=closer,
+            link=link,
             host=host,
             tls_names=tls_names,
-            batcher=self.batcher,
-            budget=self.output_budget,
             on_dropped=self.slow_consumer_dropped,
         )
+        session.attach(make_output(session))
         self.sessions[session] = None
         self.connections.opened(host)
         if self._opened is not None:
             self._opened(session=session)
         return session
 
-    def session_closed(self, session: Session, reason: str) -> None:
+    def session_closed(self, session: Session, reason: CloseReason) -> None:
         """The connection is gone: leave the hub (presence events) and tell the plugins."""
         if session not in self.sessions:
             return
         del self.sessions[session]
         self.connections.closed(session.host)
-        session.left_budget()
-        if session.close_reason == "slow consumer" or len(session.subscriptions) >= 1000:
+        session.output.stop()  # nothing is written to it any more; it leaves the budget
+        if session.close_reason is None:
+            session.close_reason = reason
+        if session.close_reason is CloseReason.SLOW_CONSUMER or len(session.subscriptions) >= 1000:
             self.trimmer.released()
         else:
             self.trimmer.closed()
         self.hub.close(session)
         self.batcher.flush()  # its UNSUBSCRIBE events go out now
-        if session.close_reason is None:
-            session.close_reason = reason
-        elif session.close_reason == "slow consumer":
+        if session.close_reason is CloseReason.SLOW_CONSUMER:
             self.rate_limited_log(
                 f"slow-close {session.protocol} {session.host}",
                 self.reactor.seconds(),

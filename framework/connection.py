@@ -1,89 +1,374 @@
-"""What every protocol's Twisted adapter shares: the session's lifecycle and its timers.
+"""One connection lifecycle for every protocol and transport.
 
-:class:`BrokerProtocol` opens a :class:`~msgbroker.session.Session` when the connection is
-made and closes it (hub, hooks) when the connection is lost, whatever the reason; it runs
-the login timeout and the keepalive timer. A protocol subclass sets ``name`` and
-``encode``, implements ``dataReceived``, and overrides :meth:`send_keepalive`.
+A protocol is a :class:`ServerSession` subclass: sans-IO, it takes bytes in
+(:meth:`ServerSession.data_received`; a stream chunk, a WebSocket message or a packet,
+whatever its transport delivers) and gives hub calls, replies (``self.reply``) and timer
+requests (``self.timers``) out. It never sees Twisted.
+
+:class:`Connection` is the one adapter around it, composed, not inherited: it opens the
+broker's :class:`~msgbroker.session.Session` with the output the server session chooses,
+feeds it input and flushes the batch after each input, runs its timers on the reactor
+(:class:`Timers`: the session asks for deadlines, the adapter ticks), carries out closes
+and tells the broker when the connection is gone. What differs per transport is a small
+:class:`TransportLink` — how to close, pause and resume reading, which certificate the
+peer showed: :class:`StreamProtocol` for TCP and TLS here; STMP's WebSocket and sbus's
+seqpacket sockets provide their own.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from twisted.internet.protocol import Factory, Protocol
-from twisted.python.failure import Failure
+from twisted.internet.protocol import Factory
+from twisted.internet.protocol import Protocol as TwistedProtocol
 
+from .output import TransportOutput
+from .reasons import ABORTED, CloseReason
 from .tls import peer_names
 
 if TYPE_CHECKING:
     from .broker import Broker
     from .config import Listener
+    from .message import Message
+    from .output import Output
     from .session import Session
 
 
-class IdleTimer:
-    """Keepalive: ``interval`` s after the last activity call ``on_idle`` (send a ping);
-    another ``interval`` s with no activity and call ``on_dead``.
+class Timer:
+    """One requested call (:meth:`Timers.call_later`); ``cancel()`` it when not needed."""
 
-    Activity is recorded by :meth:`touch` (once per received chunk, not per message); the
-    timer itself re-arms only when it fires, so a busy connection costs one clock read per
-    chunk and nothing per message.
+    __slots__ = ("at", "call", "timers")
+
+    def __init__(self, timers: Timers, at: float, call: Callable[[], None]) -> None:
+        self.timers = timers
+        self.at = at
+        self.call = call
+
+    def cancel(self) -> None:
+        self.timers.cancel(self)
+
+    @property
+    def active(self) -> bool:
+        return self in self.timers.pending
+
+
+class Timers:
+    """A session's timers as deadlines: the session asks (:meth:`call_later`), whoever runs
+    it calls :meth:`tick` at or after :attr:`deadline` — the connection adapter on the
+    reactor, a test after advancing its fake clock. ``seconds()`` is the time now;
+    ``wake(at)`` is told whenever the earliest deadline moves earlier."""
+
+    __slots__ = ("pending", "seconds", "wake", "woken_for")
+
+    def __init__(
+        self, seconds: Callable[[], float], wake: Callable[[float], None] | None = None
+    ) -> None:
+        self.seconds = seconds
+        self.wake = wake
+        self.pending: list[Timer] = []
+        #: the deadline ``wake`` was last told of
+        self.woken_for: float | None = None
+
+    def call_later(self, delay: float, call: Callable[[], None]) -> Timer:
+        timer = Timer(self, self.seconds() + delay, call)
+        self.pending.append(timer)
+        woken_for = self.woken_for
+        if woken_for is None or timer.at < woken_for:
+            self.woken_for = timer.at
+            if self.wake is not None:
+                self.wake(timer.at)
+        return timer
+
+    def cancel(self, timer: Timer) -> None:
+        # the adapter's wake-up, if it was for this one, finds nothing due and sleeps again
+        with contextlib.suppress(ValueError):
+            self.pending.remove(timer)
+
+    @property
+    def deadline(self) -> float | None:
+        """When the next call is due, or None."""
+        pending = self.pending
+        return min(timer.at for timer in pending) if pending else None
+
+    def tick(self) -> None:
+        """Run every call that is due, earliest first."""
+        now = self.seconds()
+        due = sorted((t for t in self.pending if t.at <= now), key=_at)
+        for timer in due:
+            if timer in self.pending:  # an earlier call may have cancelled it
+                self.pending.remove(timer)
+                timer.call()
+        deadline = self.deadline
+        self.woken_for = deadline
+        if deadline is not None and self.wake is not None:
+            self.wake(deadline)
+
+    def cancel_all(self) -> None:
+        self.pending.clear()
+        self.woken_for = None
+
+
+def _at(timer: Timer) -> float:
+    return timer.at
+
+
+class Keepalive:
+    """``interval`` s after the last activity call ``on_idle`` (send a ping); another
+    ``interval`` s with no activity and call ``on_dead``.
+
+    Activity is recorded by :meth:`touch` (once per input, not per message); the timer
+    re-arms only when it fires, so a busy connection costs one clock read per input.
+    ``held()`` is True while the broker itself stopped reading from the peer (flood control,
+    a pending login): that silence is ours, so it counts as activity.
     """
 
     __slots__ = (
-        "_call",
-        "_clock",
         "_held",
         "_interval",
         "_on_dead",
         "_on_idle",
         "_pinged_at",
+        "_timer",
+        "_timers",
         "last",
     )
 
     def __init__(
         self,
-        clock: Any,
+        timers: Timers,
         interval: float,
-        on_idle: Any,
-        on_dead: Any,
-        held: Any = None,
+        on_idle: Callable[[], None],
+        on_dead: Callable[[], None],
+        held: Callable[[], bool] | None = None,
     ) -> None:
-        self._clock = clock
+        self._timers = timers
         self._interval = interval
         self._on_idle = on_idle
         self._on_dead = on_dead
-        #: ``held()`` is True while the broker itself stopped reading from the peer (flood
-        #: control pausing a publisher): its silence is ours, so it counts as activity
         self._held = held
         self._pinged_at: float | None = None
-        self.last = clock.seconds()
-        self._call: Any = clock.callLater(interval, self._check)
+        self.last = timers.seconds()
+        self._timer: Timer | None = timers.call_later(interval, self._check)
 
     def touch(self) -> None:
-        self.last = self._clock.seconds()
+        self.last = self._timers.seconds()
 
     def _check(self) -> None:
-        now = self._clock.seconds()
+        timers = self._timers
+        now = timers.seconds()
         if self._held is not None and self._held():
             self.last = now
         idle = now - self.last
         if idle < self._interval:
             self._pinged_at = None
-            self._call = self._clock.callLater(self._interval - idle, self._check)
+            self._timer = timers.call_later(self._interval - idle, self._check)
         elif self._pinged_at is not None and self.last < self._pinged_at:
-            self._call = None  # pinged, and nothing at all came back since
+            self._timer = None  # pinged, and nothing at all came back since
             self._on_dead()
         else:
             self._pinged_at = now
-            self._call = self._clock.callLater(self._interval, self._check)
+            self._timer = timers.call_later(self._interval, self._check)
             self._on_idle()
 
     def cancel(self) -> None:
-        if self._call is not None and self._call.active():
-            self._call.cancel()
-        self._call = None
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+
+
+class ServerSession:
+    """Base of every protocol's server session (sans-IO).
+
+    A subclass sets ``name`` and ``encode`` (the protocol's delivery encoder) and
+    implements :meth:`data_received`; it answers with ``self.reply(frame)``, routes through
+    ``self.hub`` and the broker's decisions (``self.broker.login``, ``authorize``), asks for
+    timers through ``self.timers`` and ends with ``self.close(reason, detail)``. The login
+    timeout runs from the start; :meth:`logged_in` stops it and starts the keepalive, which
+    calls :meth:`send_keepalive` when the peer is idle.
+    """
+
+    name: ClassVar[str]
+    #: whether the peer must log in within ``--login-timeout``
+    login_required: ClassVar[bool] = True
+    #: close reasons for which the connection is aborted rather than flushed and closed
+    aborted_on: ClassVar[frozenset[CloseReason]] = ABORTED
+
+    def __init__(self, broker: Broker, peer: Session, timers: Timers, link: Any = None) -> None:
+        self.broker = broker
+        self.hub = broker.hub
+        #: the broker's (and the hub's) view of this connection
+        self.peer = peer
+        self.timers = timers
+        #: the adapter (``certificate_names()``); None for a session driven by a test
+        self.link = link
+        self.reply: Callable[[bytes], None] = peer.output.reply
+        self.keepalive: Keepalive | None = None
+        self._login_timer: Timer | None = None
+        if self.login_required:
+            self._login_timer = timers.call_later(
+                broker.config.login_timeout, self.login_timed_out
+            )
+
+    @staticmethod
+    def encode(message: Message) -> bytes | None:
+        """The protocol's encoding of a delivery, or None when it cannot carry it (set it
+        with ``encode = staticmethod(...)``); the hub calls it once per fan-out."""
+        raise NotImplementedError
+
+    @classmethod
+    def make_output(cls, broker: Broker, session: Session, transport: Any) -> Output:
+        """The output this protocol writes through (batched to the transport; MM2 and sbus
+        choose their own)."""
+        return TransportOutput(
+            session, transport, broker.policy, broker.batcher, broker.output_budget
+        )
+
+    def opened(self) -> None:
+        """The connection is open (before any input)."""
+
+    def data_received(self, data: bytes) -> None:
+        """What the peer sent (a stream chunk, a WebSocket message, a packet)."""
+        raise NotImplementedError
+
+    def certificate_names(self) -> frozenset[str] | None:
+        """Names the verified client certificate proves (after the TLS handshake, so ask at
+        login); ``None`` without TLS or without a certificate."""
+        names = None if self.link is None else self.link.certificate_names()
+        self.peer.tls_names = names
+        return names
+
+    def logged_in(self) -> None:
+        """Call once the login succeeded: stops the login timer, starts the keepalive."""
+        if self._login_timer is not None:
+            self._login_timer.cancel()
+            self._login_timer = None
+        peer = self.peer
+        self.keepalive = Keepalive(
+            self.timers,
+            self.broker.config.keepalive,
+            self.send_keepalive,
+            self.keepalive_expired,
+            held=lambda: peer.reading_held,
+        )
+
+    def touch(self) -> None:
+        """Activity (once per input): the keepalive starts counting again."""
+        if self.keepalive is not None:
+            self.keepalive.touch()
+
+    def send_keepalive(self) -> None:
+        """Send the protocol's ping (the peer was idle for one keepalive interval)."""
+
+    def login_timed_out(self) -> None:
+        self._login_timer = None
+        self.close(CloseReason.LOGIN_TIMEOUT)
+
+    def keepalive_expired(self) -> None:
+        self.close(CloseReason.KEEPALIVE_TIMEOUT)
+
+    def close(self, reason: CloseReason, detail: str = "") -> None:
+        self.peer.close(reason, detail)
+
+    @property
+    def closed(self) -> bool:
+        return self.peer.close_reason is not None
+
+    def lost(self) -> None:
+        """The connection is gone (its timers are cancelled already)."""
+
+
+class TransportLink(Protocol):
+    """What the adapter needs of one transport."""
+
+    def end(self, reason: CloseReason, abort: bool) -> None:
+        """Close the transport: ``abort`` at once, or flush what was written first."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def certificate_names(self) -> frozenset[str] | None: ...
+
+
+class Connection:
+    """One connection, any protocol, any transport (see the module docstring)."""
+
+    __slots__ = ("_wakeup", "broker", "clock", "server", "session", "timers", "transport_link")
+
+    def __init__(
+        self,
+        broker: Broker,
+        session_class: type[ServerSession],
+        transport_link: TransportLink,
+        transport: Any,
+        host: str = "",
+    ) -> None:
+        self.broker = broker
+        self.clock = broker.reactor
+        self.transport_link = transport_link
+        self._wakeup: Any = None
+        self.timers = Timers(self.clock.seconds, self._wake)
+        self.session = broker.open_session(
+            protocol=session_class.name,
+            encode=session_class.encode,
+            link=self,
+            host=host,
+            make_output=lambda s: session_class.make_output(broker, s, transport),
+        )
+        self.server = session_class(broker, self.session, self.timers, self)
+        self.server.opened()
+
+    def data_received(self, data: bytes) -> None:
+        self.server.data_received(data)
+        self.broker.batcher.flush()  # what this input caused: one write per recipient
+
+    def lost(self) -> None:
+        """The transport is gone, whatever the reason."""
+        self.timers.cancel_all()
+        if self._wakeup is not None and self._wakeup.active():
+            self._wakeup.cancel()
+        self._wakeup = None
+        self.server.lost()
+        session = self.session
+        self.broker.session_closed(session, CloseReason.PEER)
+        callbacks, session.on_lost = session.on_lost, []
+        for callback in callbacks:
+            callback()
+
+    # -- timers on the reactor ------------------------------------------------------------------
+
+    def _wake(self, at: float) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and wakeup.active():
+            if wakeup.getTime() <= at:
+                return
+            wakeup.cancel()
+        self._wakeup = self.clock.callLater(max(0.0, at - self.clock.seconds()), self._tick)
+
+    def _tick(self) -> None:
+        self._wakeup = None
+        self.timers.tick()
+        self.broker.batcher.flush()
+
+    # -- the session's link -------------------------------------------------------------------
+
+    def close_transport(self, reason: CloseReason) -> None:
+        self.transport_link.end(reason, reason in self.server.aborted_on)
+
+    def abort(self) -> None:
+        """Cut the connection now (shutdown's last resort)."""
+        self.transport_link.end(CloseReason.SHUTDOWN, True)
+
+    def pause_reading(self) -> None:
+        self.transport_link.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.transport_link.resume_reading()
+
+    def certificate_names(self) -> frozenset[str] | None:
+        return self.transport_link.certificate_names()
 
 
 def no_delay(transport: Any) -> None:
@@ -104,109 +389,75 @@ def no_delay(transport: Any) -> None:
             return
 
 
-class BrokerProtocol(Protocol):
-    """Base of the protocols' server-side Twisted adapters."""
+def reading_transport(transport: Any) -> Any:
+    """The transport that reads the socket under ``transport``: through TLS, whose protocol
+    wrapper cannot pause reading itself."""
+    for _ in range(4):
+        if transport is None or hasattr(transport, "pauseProducing"):
+            break
+        transport = getattr(transport, "transport", None)
+    return transport
 
-    name: ClassVar[str]
-    #: the protocol's encoder (a staticmethod on subclasses)
-    encode: ClassVar[Any]
 
-    session: Session
-    _idle: IdleTimer | None = None
-    _login_timer: Any = None
+class StreamProtocol(TwistedProtocol):
+    """TCP and TLS (and unix stream sockets): the Twisted side of a :class:`Connection`."""
 
-    def __init__(self, broker: Broker, listener: Listener) -> None:
+    connection: Connection | None = None
+
+    def __init__(self, broker: Broker, session_class: type[ServerSession]) -> None:
         self.broker = broker
-        self.hub = broker.hub
-        self.listener = listener
-        self.clock = broker.reactor
+        self.session_class = session_class
 
     def connectionMade(self) -> None:
         transport: Any = self.transport
         no_delay(transport)
-        peer = transport.getPeer()
-        self.session = self.broker.open_session(
-            protocol=self.name,
-            encode=type(self).encode,
-            transport=self.transport,
-            closer=self.close_connection,
-            host=getattr(peer, "host", "") or "",
-        )
-        self._login_timer = self.clock.callLater(
-            self.broker.config.login_timeout, self.login_timed_out
-        )
+        host = getattr(transport.getPeer(), "host", "") or ""
+        self.connection = Connection(self.broker, self.session_class, self, transport, host)
 
-    def logged_in(self) -> None:
-        """Call once the login succeeded: stops the login timer, starts the keepalive."""
-        if self._login_timer is not None and self._login_timer.active():
-            self._login_timer.cancel()
-        self._login_timer = None
-        session = self.session
-        self._idle = IdleTimer(
-            self.clock,
-            self.broker.config.keepalive,
-            self.send_keepalive,
-            self.keepalive_expired,
-            held=lambda: session.reading_held,
-        )
+    def dataReceived(self, data: bytes) -> None:
+        self.connection.data_received(data)  # type: ignore[union-attr]
 
-    def touch(self) -> None:
-        if self._idle is not None:
-            self._idle.touch()
+    def connectionLost(self, reason: Any = None) -> None:
+        if self.connection is not None:
+            self.connection.lost()
 
-    def peer_certificate_names(self) -> frozenset[str] | None:
-        """Names the verified client certificate proves (after the TLS handshake, so ask
-        at login, not at connection time); ``None`` without TLS or without a certificate."""
-        names = peer_names(self.transport)
-        self.session.tls_names = names
-        return names
+    # -- TransportLink --------------------------------------------------------------------------
 
-    def login_timed_out(self) -> None:
-        self._login_timer = None
-        self.session.close("login timeout")
-
-    def keepalive_expired(self) -> None:
-        self.session.close("keepalive timeout")
-
-    def send_keepalive(self) -> None:
-        """Send the protocol's ping."""
-
-    def close_connection(self, reason: str) -> None:
-        """Close the transport. A slow consumer is aborted (its buffer will never drain);
-        anything else is flushed first."""
+    def end(self, reason: CloseReason, abort: bool) -> None:
         transport: Any = self.transport
         # a registered producer keeps a TLS transport from finishing its close
         transport.unregisterProducer()
-        if reason == "slow consumer":
+        if abort:
             transport.abortConnection()
         else:
             transport.loseConnection()
 
-    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
-        if self._login_timer is not None and self._login_timer.active():
-            self._login_timer.cancel()
-        if self._idle is not None:
-            self._idle.cancel()
-        session = getattr(self, "session", None)
-        if session is not None:
-            self.broker.session_closed(session, "closed by peer")
-            callbacks, session.on_lost = session.on_lost, []
-            for callback in callbacks:
-                callback()
+    def pause_reading(self) -> None:
+        reader = reading_transport(self.transport)
+        if reader is not None:
+            reader.pauseProducing()
+
+    def resume_reading(self) -> None:
+        reader = reading_transport(self.transport)
+        if reader is not None:
+            reader.resumeProducing()
+
+    def certificate_names(self) -> frozenset[str] | None:
+        return peer_names(self.transport)
 
 
-class BrokerFactory(Factory):
-    """Builds one protocol instance per connection of one listener."""
+class StreamFactory(Factory):
+    """Builds one :class:`StreamProtocol` per connection of one listener, for one server
+    session class; connections over a limit are refused before any protocol is built."""
 
-    def __init__(self, protocol_class: type[BrokerProtocol], broker: Broker, listener: Listener):
-        self.protocol_class = protocol_class
+    def __init__(self, broker: Broker, session_class: type[ServerSession]) -> None:
         self.broker = broker
-        self.listener = listener
+        self.session_class = session_class
 
-    def buildProtocol(self, addr: Any) -> BrokerProtocol | None:
+    def buildProtocol(self, addr: Any) -> StreamProtocol | None:
         if not self.broker.admit(addr):
             return None  # over a connection limit: Twisted closes the socket at once
-        proto = self.protocol_class(self.broker, self.listener)
+        proto = StreamProtocol(self.broker, self.session_class)
         proto.factory = self
         return proto
 
@@ -215,3 +466,12 @@ class BrokerFactory(Factory):
 
     def doStop(self) -> None:
         self.numPorts -= 1
+
+
+def stream_factory(session_class: type[ServerSession]) -> Callable[[Broker, Listener], Factory]:
+    """``build_factory`` for a protocol served over stream endpoints (tcp, tls, unix)."""
+
+    def build_factory(broker: Broker, listener: Listener) -> Factory:
+        return StreamFactory(broker, session_class)
+
+    return build_factory

@@ -16,6 +16,7 @@ from twisted.python.failure import Failure
 from .broker import Broker
 from .config import BrokerConfig, Listener
 from .errors import ConfigError
+from .reasons import CloseReason
 from .tls import server_context_factory
 
 log = Logger(namespace="msgbroker")
@@ -129,7 +130,7 @@ class BrokerService(service.MultiService):
             raise ConfigError(
                 f"unknown protocol {listener.protocol!r} in --listen (known: {known})"
             )
-        factory: Any = spec.build_factory(self.broker, listener)
+        factory: Any = spec.factory(self.broker, listener)
         endpoint_text = listener.endpoint
         if spec.build_endpoint is not None:
             try:
@@ -236,11 +237,11 @@ class BrokerService(service.MultiService):
         sessions = list(reversed(self.broker.sessions))  # newest first
         waits = [_connection_lost(s) for s in sessions]
         for session in sessions:  # all presence events first, while every peer is open
-            session.close_reason = "shutdown"
-            self.broker.session_closed(session, "shutdown")
+            session.close_reason = CloseReason.SHUTDOWN
+            self.broker.session_closed(session, CloseReason.SHUTDOWN)
         self.broker.batcher.flush()
         for session in sessions:
-            session.closer("shutdown")
+            session.link.close_transport(CloseReason.SHUTDOWN)
         if waits:
             timeout = self.reactor.callLater(SHUTDOWN_GRACE, _abort_all, sessions)
             yield defer.DeferredList(waits)
@@ -267,9 +268,7 @@ def _connection_lost(session: Any) -> defer.Deferred[None]:
 
 def _abort_all(sessions: list[Any]) -> None:
     for session in sessions:
-        abort = getattr(session.transport, "abortConnection", None)
-        if abort is not None:
-            abort()
+        session.link.abort()
 
 
 class _TLSFactory(TLSMemoryBIOFactory):

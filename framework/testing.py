@@ -1,9 +1,15 @@
 """Helpers for testing msgbroker and its plugins without sockets.
 
-``make_broker`` builds a :class:`~msgbroker.Broker` on a :class:`Clock`;
-``connect(broker, "ssmp")`` opens an in-memory connection to one of its protocols;
-:class:`FakeConnection` feeds it bytes and collects what the broker writes. Timers (login
-timeout, keepalive) run when the test advances ``broker.reactor``.
+``make_broker`` builds a :class:`~msgbroker.Broker` on a :class:`Clock`.
+
+Two ways to talk to one of its protocols:
+
+- :func:`drive` runs a protocol's server session alone, sans-IO: :class:`SessionDriver`
+  feeds it bytes (split however the test likes), collects what it writes, and runs its
+  timers when the test advances the clock. No Twisted protocol, no transport.
+- :func:`connect` opens an in-memory connection through the protocol's Twisted factory
+  (the adapter included); :class:`FakeConnection` feeds it bytes and collects what the
+  broker writes. Timers run when the test advances ``broker.reactor``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from twisted.python.failure import Failure
 
 from .broker import Broker
 from .config import BrokerConfig, Listener
+from .connection import ServerSession, Timers
+from .reasons import CloseReason
 
 
 class ClosingTransport(StringTransport):
@@ -69,7 +77,13 @@ class FakeConnection:
 
     @property
     def session(self) -> Any:
-        return self.protocol.session
+        """The broker's :class:`~msgbroker.session.Session` of this connection."""
+        return self.protocol.connection.session
+
+    @property
+    def server(self) -> Any:
+        """The protocol's server session."""
+        return self.protocol.connection.server
 
 
 def make_broker(
@@ -88,7 +102,7 @@ def connect(
     """Open an in-memory connection from ``host`` to ``broker``'s ``protocol``."""
     spec = broker.protocols[protocol]
     listener = Listener(protocol, "tcp:0")
-    factory: Any = spec.build_factory(broker, listener)
+    factory: Any = spec.factory(broker, listener)
     address = IPv4Address("TCP", host, port)
     proto: Any = factory.buildProtocol(address)
     if proto is None:
@@ -97,3 +111,137 @@ def connect(
     transport.protocol = proto
     proto.makeConnection(transport)
     return FakeConnection(proto, transport)
+
+
+class MemoryWire:
+    """Where a driven session's output lands: a transport with a buffer the test reads,
+    and a high-water mark the test can pass (:meth:`fill`) to make the peer slow."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.producer: Any = None
+        self.full = False
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+        if self.full and self.producer is not None:
+            self.producer.pauseProducing()
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self.producer = producer
+
+    def unregisterProducer(self) -> None:
+        self.producer = None
+
+    def fill(self) -> None:
+        """The peer stops reading: from the next write on the output holds what it sends."""
+        self.full = True
+        if self.producer is not None:
+            self.producer.pauseProducing()
+
+    def drain(self) -> None:
+        """The peer read everything: what the output held comes out."""
+        self.full = False
+        if self.producer is not None:
+            self.producer.resumeProducing()
+
+
+class SessionDriver:
+    """One server session driven without Twisted (see :func:`drive`)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        session_class: type[ServerSession],
+        host: str = "127.0.0.1",
+        certificate_names: frozenset[str] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.clock: Clock = broker.reactor
+        self.wire = MemoryWire()
+        #: how the session asked to be closed: None, "close" or "abort"
+        self.closed_by: str | None = None
+        #: whether the session holds the peer's input now
+        self.reading_paused = False
+        self._names = certificate_names
+        self.timers = Timers(self.clock.seconds)
+        self.session = broker.open_session(
+            protocol=session_class.name,
+            encode=session_class.encode,
+            link=self,
+            host=host,
+            make_output=lambda s: session_class.make_output(broker, s, self.wire),
+        )
+        self.server = session_class(broker, self.session, self.timers, self)
+        self.server.opened()
+        self._lost = False
+
+    def feed(self, data: bytes) -> None:
+        """``data`` arrives from the peer (no-op once the connection is gone)."""
+        if not self._lost:
+            self.server.data_received(data)
+            self.broker.batcher.flush()
+
+    def feed_split(self, data: bytes, sizes: Iterable[int]) -> None:
+        """``data`` arrives in pieces of ``sizes`` bytes (the rest in one last piece)."""
+        at = 0
+        for size in sizes:
+            self.feed(data[at : at + size])
+            at += size
+        if at < len(data):
+            self.feed(data[at:])
+
+    def advance(self, seconds: float) -> None:
+        """Time passes: the broker's clock moves and the session's due timers run."""
+        self.clock.advance(seconds)
+        if not self._lost:
+            self.timers.tick()
+            self.broker.batcher.flush()
+
+    def received(self) -> bytes:
+        """What the session wrote since the last call."""
+        data = bytes(self.wire.data)
+        self.wire.data.clear()
+        return data
+
+    @property
+    def closed(self) -> bool:
+        return self.closed_by is not None
+
+    def lose(self) -> None:
+        """The connection is gone (the peer left, or the close the session asked for)."""
+        if not self._lost:
+            self._lost = True
+            self.timers.cancel_all()
+            self.server.lost()
+            self.broker.session_closed(self.session, CloseReason.PEER)
+
+    # -- the session's link ---------------------------------------------------------------------
+
+    def close_transport(self, reason: CloseReason) -> None:
+        self.closed_by = "abort" if reason in self.server.aborted_on else "close"
+        self.wire.unregisterProducer()
+        self.lose()
+
+    def abort(self) -> None:
+        self.closed_by = "abort"
+        self.lose()
+
+    def pause_reading(self) -> None:
+        self.reading_paused = True
+
+    def resume_reading(self) -> None:
+        self.reading_paused = False
+
+    def certificate_names(self) -> frozenset[str] | None:
+        return self._names
+
+
+def drive(broker: Broker, protocol: str, host: str = "127.0.0.1") -> SessionDriver:
+    """Run ``broker``'s ``protocol`` server session sans-IO (:class:`SessionDriver`)."""
+    spec = broker.protocols[protocol]
+    if spec.session is None:
+        raise ValueError(f"protocol {protocol!r} registers no server session")
+    if not broker.admit(IPv4Address("TCP", host, 40000)):
+        raise ConnectionRefusedError(f"{protocol} connection from {host} refused by a limit")
+    return SessionDriver(broker, spec.session, host)

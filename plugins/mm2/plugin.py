@@ -10,7 +10,7 @@ from weakref import WeakKeyDictionary
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
-from msgbroker.connection import BrokerFactory
+from msgbroker.legacy import BrokerFactory
 from msgbroker.errors import ConfigError
 
 from .extensions import Registry

@@ -28,7 +28,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from msgbroker.auth import Accept, LoginRequest
-from msgbroker.connection import BrokerProtocol
+from msgbroker.legacy import BrokerProtocol
 from msgbroker.errors import NoSuchIdentity, RemoteProtocolError
 from msgbroker.message import Kind, Message, MessageRun
 
@@ -269,13 +269,13 @@ class MM2ServerProtocol(BrokerProtocol):
         last = (batch.first_seq - 1 + len(payloads) - 1) % codec.SEQ_CYCLE + 1
         self.seq_in = last
         session = self.session
-        identity: str = session.identity  # type: ignore[assignment]
+        identity: str = session.identity
         run = MessageRun(Kind.MCAST, identity, "mm2", destination, len(payloads), lambda: payloads)
         self.hub.multicast_run(session, run)
 
     def _route(self, frame: codec.MessageFrame) -> None:
         session = self.session
-        identity: str = session.identity  # type: ignore[assignment]
+        identity: str = session.identity
         properties = dict(frame.properties) or None
         destination = frame.destination
         hint = self.encoding_hint

@@ -6,21 +6,14 @@ from typing import TYPE_CHECKING
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
-from msgbroker.connection import BrokerFactory
 
-from .protocol import SSMPServerProtocol
+from .protocol import SSMPServerSession
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from msgbroker.broker import Broker
-    from msgbroker.config import Listener
 
 DEFAULT_ENDPOINT = "tcp:4444:interface=127.0.0.1"
-
-
-def build_factory(broker: Broker, listener: Listener) -> BrokerFactory:
-    return BrokerFactory(SSMPServerProtocol, broker, listener)
 
 
 @hookimpl
@@ -28,7 +21,7 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
     register(
         ProtocolSpec(
             name="ssmp",
-            build_factory=build_factory,
+            session=SSMPServerSession,
             default_endpoint=DEFAULT_ENDPOINT,
             description="Stupid-Simple Messaging Protocol 1.1",
         )

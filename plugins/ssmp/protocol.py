@@ -1,4 +1,6 @@
-"""SSMP server protocol: the thin Twisted adapter between the codec and the hub."""
+"""The SSMP server session: requests in (through the codec), hub calls and replies out.
+
+Sans-IO: the framework's connection adapter feeds it bytes and runs its timers."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from msgbroker.auth import Accept, LoginRequest
-from msgbroker.connection import BrokerProtocol
+from msgbroker.connection import ServerSession
 from msgbroker.errors import (
     AlreadySubscribed,
     NoSuchIdentity,
@@ -16,6 +18,7 @@ from msgbroker.errors import (
     RemoteProtocolError,
 )
 from msgbroker.message import Kind, Message, MessageRun
+from msgbroker.reasons import ABORTED, CloseReason
 
 from . import codec
 
@@ -78,29 +81,30 @@ def encode_message(message: Message) -> bytes | None:
     return b"000 %s %s %s %s\n" % (sender, _VERB[kind], topic, wire)
 
 
-class SSMPServerProtocol(BrokerProtocol):
+class SSMPServerSession(ServerSession):
     """One SSMP connection on the server side."""
 
     name = "ssmp"
     encode = staticmethod(encode_message)
-    _closing = False
+    #: the spec: a login timeout closes *without* a response
+    aborted_on = ABORTED | {CloseReason.LOGIN_TIMEOUT}
 
-    def connectionMade(self) -> None:
-        super().connectionMade()
+    def opened(self) -> None:
         self._decoder = codec.RequestDecoder()
         self._prefix = b""
         self._closing = False
         self._handle = self._handle_before_login
 
-    # Replies go through ``session.reply``, events through ``session.send``: both within
-    # the output budget (a client that floods requests without reading is a slow consumer
-    # too), but a reply is never dropped, since that would break the request/reply pairing.
+    # Replies go through ``self.reply``, events through ``self.peer.send``: both within the
+    # output budget (a client that floods requests without reading is a slow consumer too),
+    # but a reply is never dropped, since that would break the request/reply pairing.
 
-    def dataReceived(self, data: bytes) -> None:
+    def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        if self._idle is not None:
-            self._idle.touch()
+        keepalive = self.keepalive
+        if keepalive is not None:
+            keepalive.touch()
         try:
             for event in self._decoder.feed(data):
                 self._handle(event)
@@ -108,7 +112,6 @@ class SSMPServerProtocol(BrokerProtocol):
                     break
         except RemoteProtocolError as e:
             self._bad_request(str(e))
-        self.broker.batcher.flush()  # what this chunk caused: one write per recipient
 
     # -- before login ------------------------------------------------------------------------
 
@@ -116,34 +119,32 @@ class SSMPServerProtocol(BrokerProtocol):
         if type(event) is not codec.Login:
             self._bad_request("first request is not LOGIN")
             return
-        session = self.session
+        session = self.peer
         request = LoginRequest(
             protocol=self.name,
             identity=event.identity,
             scheme=event.scheme,
             credential=event.credential,
             host=session.host,
-            tls_names=self.peer_certificate_names(),
+            tls_names=self.certificate_names(),
         )
         result = self.broker.login(session, request)
         if not isinstance(result, Accept):
             # answered late (login-failure-delay), so guessing is slow; nothing after the
             # LOGIN is read: the connection closes with the answer
             self._closing = True
-            self.clock.callLater(self.broker.config.login_failure_delay, self._refuse_login)
+            self.timers.call_later(self.broker.config.login_failure_delay, self._refuse_login)
             return
         identity = session.identity or result.identity
         self._prefix = b"000 %s " % identity.encode("ascii")
         self._handle = self._handle_request
         self.logged_in()
-        self.session.reply(OK)
+        self.reply(OK)
 
     def _refuse_login(self) -> None:
-        if self.session.close_reason is None:
-            self.session.reply(
-                codec.encode_reply(401, " ".join(self.broker.enabled_schemes).encode())
-            )
-            self.session.close("login refused")
+        if not self.closed:
+            self.reply(codec.encode_reply(401, " ".join(self.broker.enabled_schemes).encode()))
+            self.close(CloseReason.LOGIN_REFUSED)
 
     # -- after login -------------------------------------------------------------------------
 
@@ -151,14 +152,14 @@ class SSMPServerProtocol(BrokerProtocol):
         _DISPATCH[type(event)](self, event)
 
     def _mcast(self, event: codec.Mcast) -> None:
-        session = self.session
+        session = self.peer
         if self.broker.authorizes and not self.broker.authorize(session, "publish", event.topic):
-            self.session.reply(NOT_ALLOWED)
+            self.reply(NOT_ALLOWED)
             return
         message = Message(Kind.MCAST, session.identity, "ssmp", event.topic, event.payload)  # type: ignore[arg-type]
         message.preencode(encode_message, self._prefix + event.line + b"\n")
         self.hub.multicast(session, message)
-        self.session.reply(OK)
+        self.reply(OK)
 
     def _mcast_run(self, event: codec.McastRun) -> None:
         """Pipelined MCASTs to one topic: routed as one run, answered with one write."""
@@ -167,7 +168,7 @@ class SSMPServerProtocol(BrokerProtocol):
             for line in event.block.split(b"\n")[:-1]:
                 self._mcast(codec.Mcast(event.topic, line[skip:], line))
             return
-        identity: str = self.session.identity  # type: ignore[assignment]
+        identity: str = self.peer.identity  # type: ignore[assignment]
         run = MessageRun(
             Kind.MCAST,
             identity,
@@ -182,118 +183,113 @@ class SSMPServerProtocol(BrokerProtocol):
         run.preencode(
             encode_message, prefix + event.block[:-1].replace(b"\n", b"\n" + prefix) + b"\n"
         )
-        self.hub.multicast_run(self.session, run)
-        self.session.reply(OK * event.count)
+        self.hub.multicast_run(self.peer, run)
+        self.reply(OK * event.count)
 
     def _ucast(self, event: codec.Ucast) -> None:
-        session = self.session
+        session = self.peer
         if self.broker.authorizes and not self.broker.authorize(session, "unicast", event.target):
-            self.session.reply(NOT_ALLOWED)
+            self.reply(NOT_ALLOWED)
             return
         message = Message(Kind.UCAST, session.identity, "ssmp", event.target, event.payload)  # type: ignore[arg-type]
         message.preencode(encode_message, self._prefix + event.line + b"\n")
         try:
             self.hub.unicast(message)
         except NoSuchIdentity:
-            self.session.reply(NOT_FOUND)
+            self.reply(NOT_FOUND)
             return
-        self.session.reply(OK)
+        self.reply(OK)
 
     def _bcast(self, event: codec.Bcast) -> None:
-        session = self.session
+        session = self.peer
         if self.broker.authorizes and not self.broker.authorize(session, "broadcast", None):
-            self.session.reply(NOT_ALLOWED)
+            self.reply(NOT_ALLOWED)
             return
         message = Message(Kind.BCAST, session.identity, "ssmp", None, event.payload)  # type: ignore[arg-type]
         message.preencode(encode_message, self._prefix + event.line + b"\n")
         try:
             self.hub.broadcast(session, message)
         except NotAllowed:
-            self.session.reply(NOT_ALLOWED)
+            self.reply(NOT_ALLOWED)
             return
-        self.session.reply(OK)
+        self.reply(OK)
 
     def _subscribe(self, event: codec.Subscribe) -> None:
-        session = self.session
+        session = self.peer
         if self.broker.authorizes and not self.broker.authorize(session, "subscribe", event.topic):
-            self.session.reply(NOT_ALLOWED)
+            self.reply(NOT_ALLOWED)
             return
         try:
             snapshot = self.hub.subscribe(session, event.topic, event.presence)
         except NotAllowed:
-            self.session.reply(NOT_ALLOWED)
+            self.reply(NOT_ALLOWED)
             return
         except AlreadySubscribed:
-            self.session.reply(CONFLICT)
+            self.reply(CONFLICT)
             return
-        self.session.reply(OK)
+        self.reply(OK)
         for message in snapshot:
             frame = message.encoded(encode_message)
             if frame is not None:
-                self.session.send(frame)
+                self.peer.send(frame)
 
     def _unsubscribe(self, event: codec.Unsubscribe) -> None:
         try:
-            self.hub.unsubscribe(self.session, event.topic)
+            self.hub.unsubscribe(self.peer, event.topic)
         except NotAllowed:
-            self.session.reply(NOT_ALLOWED)
+            self.reply(NOT_ALLOWED)
             return
         except NotSubscribed:
-            self.session.reply(NOT_FOUND)
+            self.reply(NOT_FOUND)
             return
-        self.session.reply(OK)
+        self.reply(OK)
 
     def _login_again(self, event: codec.Login) -> None:
-        self.session.reply(NOT_ALLOWED)
-        self._close("second LOGIN")
+        self.reply(NOT_ALLOWED)
+        self._close(CloseReason.PROTOCOL_ERROR, "second LOGIN")
 
     def _ping(self, event: codec.Ping) -> None:
-        self.session.reply(PONG_EVENT)
+        self.reply(PONG_EVENT)
 
     def _pong(self, event: codec.Pong) -> None:
         pass  # never answer a PONG; receiving it already counted as activity
 
     def _close_request(self, event: codec.Close) -> None:
-        self.session.reply(OK)
-        self._close("CLOSE")
+        self.reply(OK)
+        self._close(CloseReason.REQUESTED)
 
     def _unknown(self, event: codec.UnknownVerb) -> None:
-        self.session.reply(NOT_IMPLEMENTED)
+        self.reply(NOT_IMPLEMENTED)
 
     # -- closing -----------------------------------------------------------------------------
 
     def send_keepalive(self) -> None:
-        self.session.send(PING_EVENT)
+        self.peer.send(PING_EVENT)
 
     def _bad_request(self, why: str) -> None:
-        log.debug("ssmp {host}: 400: {why}", host=self.session.host, why=why)
-        self.session.reply(BAD_REQUEST)
-        self._close(f"protocol error: {why}")
+        log.debug("ssmp {host}: 400: {why}", host=self.peer.host, why=why)
+        self.reply(BAD_REQUEST)
+        self._close(CloseReason.PROTOCOL_ERROR, why)
 
-    def _close(self, reason: str) -> None:
+    def _close(self, reason: CloseReason, detail: str = "") -> None:
         self._closing = True
-        self.session.close(reason)
+        self.close(reason, detail)
 
-    def close_connection(self, reason: str) -> None:
+    def login_timed_out(self) -> None:
         self._closing = True
-        if reason == "login timeout":
-            # the spec: close *without* a response; nothing else was written
-            self.transport.unregisterProducer()  # type: ignore[union-attr]
-            self.transport.abortConnection()  # type: ignore[union-attr]
-            return
-        super().close_connection(reason)
+        super().login_timed_out()
 
 
 _DISPATCH: dict[type, Any] = {
-    codec.Mcast: SSMPServerProtocol._mcast,
-    codec.McastRun: SSMPServerProtocol._mcast_run,
-    codec.Ucast: SSMPServerProtocol._ucast,
-    codec.Bcast: SSMPServerProtocol._bcast,
-    codec.Subscribe: SSMPServerProtocol._subscribe,
-    codec.Unsubscribe: SSMPServerProtocol._unsubscribe,
-    codec.Login: SSMPServerProtocol._login_again,
-    codec.Ping: SSMPServerProtocol._ping,
-    codec.Pong: SSMPServerProtocol._pong,
-    codec.Close: SSMPServerProtocol._close_request,
-    codec.UnknownVerb: SSMPServerProtocol._unknown,
+    codec.Mcast: SSMPServerSession._mcast,
+    codec.McastRun: SSMPServerSession._mcast_run,
+    codec.Ucast: SSMPServerSession._ucast,
+    codec.Bcast: SSMPServerSession._bcast,
+    codec.Subscribe: SSMPServerSession._subscribe,
+    codec.Unsubscribe: SSMPServerSession._unsubscribe,
+    codec.Login: SSMPServerSession._login_again,
+    codec.Ping: SSMPServerSession._ping,
+    codec.Pong: SSMPServerSession._pong,
+    codec.Close: SSMPServerSession._close_request,
+    codec.UnknownVerb: SSMPServerSession._unknown,
 }

@@ -12,7 +12,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from msgbroker.connection import BrokerProtocol
+from msgbroker.legacy import BrokerProtocol
 from msgbroker.errors import RemoteProtocolError
 
 from . import codec

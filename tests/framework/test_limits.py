@@ -4,11 +4,11 @@ connection counts, and the output budget shared by every slow consumer."""
 from __future__ import annotations
 
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
 
-from msgbroker.hub import HubStats
 from msgbroker.limits import ConnectionLimits, LoginThrottle, RateLimitedLog
-from msgbroker.session import OutputBudget, OutputPolicy, Session
+from msgbroker.output import OutputBudget
+from msgbroker.reasons import CloseReason
+from tests.framework.test_output import make_output
 
 
 def test_rate_limited_log_says_one_line_per_key_per_interval_and_counts_the_rest():
@@ -159,62 +159,62 @@ def test_budget_zero_is_no_limit():
 
 
 def make_session(budget, drop=False, max_backlog=1 << 20):
-    transport = StringTransport()
-    closed = []
-    session = Session(
-        protocol="ssmp",
-        encode=lambda m: None,
-        transport=transport,
-        policy=OutputPolicy(max_backlog=max_backlog, drop=drop),
-        stats=HubStats(),
-        closer=closed.append,
-        budget=budget,
-    )
-    return session, transport, closed
+    session, output, wire, link, batcher = make_output(max_backlog, drop, budget)
+    return session, output, wire, link.closed, batcher
 
 
 def test_paused_sessions_share_the_budget_and_the_largest_is_disconnected():
     budget = OutputBudget(1000)
-    big, big_transport, big_closed = make_session(budget)
-    small, _, small_closed = make_session(budget)
-    big.pauseProducing()
-    small.pauseProducing()
+    big, big_output, big_wire, big_closed, batcher = make_session(budget)
+    small, small_output, small_wire, small_closed, _ = make_session(budget)
+    small_output.batcher = batcher
+    big_wire.fill()
+    small_wire.fill()
     for _ in range(7):
         big.send(b"x" * 100)
+        batcher.flush()
     for _ in range(2):
         small.send(b"y" * 100)
+        batcher.flush()
     assert budget.total == 900
     small.send(b"y" * 200)  # over the budget: the largest backlog goes first
-    assert big_closed == ["slow consumer"] and small_closed == []
+    batcher.flush()
+    assert big_closed == [CloseReason.SLOW_CONSUMER] and small_closed == []
     assert budget.total == 400
-    assert small.backlog == 400 and big.backlog == 0
-    assert big_transport.value() == b"x" * 700  # what it had was written, nothing after
+    assert small_output.held_bytes == 400 and big_output.held_bytes == 0
+    big_wire.drain()
+    assert bytes(big_wire.data) == b""  # cut: nothing it held is written
 
 
 def test_a_drop_policy_session_over_the_budget_drops_and_reports_it():
     budget = OutputBudget(250)
     dropped = []
-    session, transport, closed = make_session(budget, drop=True)
+    session, output, wire, closed, batcher = make_session(budget, drop=True)
     session.on_dropped = lambda s, n: dropped.append(n)
-    session.pauseProducing()
+    wire.fill()
     session.send(b"a" * 200)
+    batcher.flush()
     session.send(b"b" * 100)  # would pass the broker's budget: dropped, not queued
+    batcher.flush()
     assert closed == [] and dropped == [1]
     assert session.dropped == 1 and session.stats.dropped == 1
-    assert transport.value() == b"a" * 200
+    wire.drain()
+    assert bytes(wire.data) == b"a" * 200
 
 
-def test_a_session_leaves_the_budget_when_it_resumes_or_closes():
+def test_a_session_leaves_the_budget_when_it_drains_or_stops():
     budget = OutputBudget(10_000)
-    session, _, _ = make_session(budget)
-    session.pauseProducing()
+    session, output, wire, _, batcher = make_session(budget)
+    wire.fill()
     session.send(b"z" * 500)
+    batcher.flush()
     assert budget.total == 500
-    session.resumeProducing()
+    wire.drain()
     assert budget.total == 0 and not budget.members
-    session.pauseProducing()
+    wire.fill()
     session.send(b"z" * 300)
-    session.left_budget()
+    batcher.flush()
+    output.stop()
     assert budget.total == 0
 
 
@@ -225,37 +225,43 @@ def test_slow_consumer_disconnect_and_drops_are_logged():
     broker = Broker(BrokerConfig(max_output=100), clock)
     lines = []
     broker.rate_limited_log.emit = lambda text, more: lines.append(text)
-    transport = StringTransport()
-    session = broker.open_session("ssmp", lambda m: None, transport, lambda r: None, host="h")
+    from msgbroker.plugins.ssmp.protocol import SSMPServerSession
+    from msgbroker.testing import SessionDriver
+
+    driver = SessionDriver(broker, SSMPServerSession, host="h")
+    session = driver.session
     session.identity = "alice"
-    session.pauseProducing()
-    session.reply(b"r" * 200)  # over the broker's budget: a reply is never dropped
+    driver.wire.fill()
+    session.output.reply(b"r" * 200)  # over the broker's budget: a reply is never dropped
     assert session.close_reason == "slow consumer"
-    broker.session_closed(session, "closed by peer")
     assert any("slow ssmp consumer alice (h) disconnected" in line for line in lines)
 
     drop_broker = Broker(BrokerConfig(max_output=100, slow_consumer="drop"), clock)
     drop_lines = []
     drop_broker.rate_limited_log.emit = lambda text, more: drop_lines.append(text)
-    dropping = drop_broker.open_session("ssmp", lambda m: None, StringTransport(), print)
-    dropping.pauseProducing()
-    dropping.send(b"d" * 200)
+    dropping = SessionDriver(drop_broker, SSMPServerSession, host="")
+    dropping.wire.fill()
+    dropping.session.send(b"d" * 200)
     drop_broker.batcher.flush()  # deliveries are written (or dropped) once per batch
-    assert dropping.dropped == 1
+    assert dropping.session.dropped == 1
     assert drop_lines == ["slow ssmp consumer - (local): 1 deliveries dropped"]
 
 
 def test_holding_a_sessions_input_is_counted_per_holder():
-    session, transport, _ = make_session(None)
+    from msgbroker.plugins.ssmp.protocol import SSMPServerSession
+    from msgbroker.testing import SessionDriver, make_broker
+
+    driver = SessionDriver(make_broker(), SSMPServerSession)
+    session = driver.session
     session.hold_reading("flood control")
     session.hold_reading("login")
-    assert session.reading_held and transport.producerState == "paused"
+    assert session.reading_held and driver.reading_paused
     session.release_reading("login")  # the other holder still holds it
-    assert session.reading_held and transport.producerState == "paused"
+    assert session.reading_held and driver.reading_paused
     session.release_reading("login")  # a second release of one holder changes nothing
-    assert transport.producerState == "paused"
+    assert driver.reading_paused
     session.release_reading("flood control")
-    assert not session.reading_held and transport.producerState == "producing"
+    assert not session.reading_held and not driver.reading_paused
 
 
 def test_letting_go_of_a_large_backlog_is_reported_once():

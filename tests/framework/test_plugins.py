@@ -17,7 +17,7 @@ from msgbroker import (
     ProtocolSpec,
     hookimpl,
 )
-from msgbroker.connection import BrokerFactory, BrokerProtocol
+from msgbroker.connection import ServerSession
 from msgbroker.pluginmanager import build_plugin_manager
 from msgbroker.testing import connect, make_broker
 
@@ -202,7 +202,7 @@ def test_observation_hooks_see_sessions_logins_and_routing():
         ("opened", "ssmp"),
         ("login", "c", "nope", "Deny"),
         ("closed", None, "login refused"),
-        ("closed", "a", "CLOSE"),
+        ("closed", "a", "close requested"),
     ]
 
 
@@ -214,15 +214,15 @@ def test_no_per_message_hook_when_nobody_implements_it():
     assert rec.hub.observer is not None
 
 
-class EchoProtocol(BrokerProtocol):
+class EchoSession(ServerSession):
     """A toy protocol: echoes what it receives (no login)."""
 
     name = "echo"
     encode = staticmethod(lambda message: message.payload)
+    login_required = False
 
-    def dataReceived(self, data):
-        self.session.send(data)
-        self.broker.batcher.flush()  # written now, not on the next reactor turn
+    def data_received(self, data):
+        self.peer.send(data)
 
 
 class EchoPlugin:
@@ -234,9 +234,7 @@ class EchoPlugin:
         register(
             ProtocolSpec(
                 name=self.name,
-                build_factory=lambda broker, listener: BrokerFactory(
-                    EchoProtocol, broker, listener
-                ),
+                session=EchoSession,
                 default_endpoint="tcp:7777:interface=127.0.0.1",
             )
         )

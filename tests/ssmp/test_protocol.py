@@ -284,7 +284,7 @@ def test_presence_snapshot_after_200_then_events(broker):
 @pytest.mark.parametrize(
     ("how", "reason"),
     [
-        ("close", "CLOSE"),
+        ("close", "close requested"),
         ("drop", "closed by peer"),
         ("timeout", "keepalive timeout"),
         ("grammar", "protocol error: bad verb b'bad'"),
@@ -310,7 +310,7 @@ def test_every_kind_of_close_sends_unsubscribe_events(broker, how, reason):
         leaver.send(b"bad\n")
         assert leaver.received() == b"400\n"
     assert leaver.closed
-    assert leaver.session.close_reason == reason
+    assert leaver.session.close_text == reason
     events = w.received().replace(b"000 . PING\n", b"")
     assert sorted(events.splitlines()) == [
         b"000 leaver UNSUBSCRIBE t1",

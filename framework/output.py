@@ -1,0 +1,319 @@
+"""How a session's output reaches its peer: one :class:`Output`, chosen when the session opens.
+
+The hub calls ``session.send(frame)`` per delivery; that is the ``send`` of the session's
+output, bound once when the session opens and never swapped. A protocol answers its peer's
+own requests through ``output.reply(frame)``. Three kinds exist, behind the same interface:
+
+- :class:`TransportOutput` (every stream protocol: TCP, TLS, WebSocket): deliveries are
+  batched — one transport write per recipient per received chunk (:class:`Batcher`) — and
+  a peer that stops reading meets its byte budget and the broker's (:class:`OutputBudget`);
+- MM2's acknowledgement window (``msgbroker.plugins.mm2.window``), which numbers what it
+  sends and holds what the window has no room for;
+- sbus's flood-control outbox (``msgbroker.plugins.sbus.flood``), whose policies a client
+  chooses itself.
+
+An output that holds a backlog is a member of the broker's :class:`OutputBudget`: it reports
+its backlog (``budget.update``) and provides ``measure()`` and ``cut()``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from attrs import frozen
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import implementer
+
+from .reasons import CloseReason
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class Output(Protocol):
+    """What a session's output provides, whatever writes it."""
+
+    def send(self, frame: bytes) -> None:
+        """A delivery: written (perhaps batched), or dropped or the peer disconnected when
+        it does not read (the session's policy)."""
+
+    def reply(self, frame: bytes) -> None:
+        """An answer to the peer's own request, after everything sent before it. Never
+        dropped: a peer that does not read its answers is disconnected."""
+
+    def flush(self) -> None:
+        """Write what is batched now."""
+
+    def measure(self) -> int:
+        """The backlog this output holds for its peer now, in bytes (budget member)."""
+
+    def cut(self) -> bool:
+        """The broker's output budget is spent and this is the largest backlog: apply the
+        policy. True when that released the backlog (the peer is disconnected)."""
+
+    def stop(self) -> None:
+        """Nothing more is written (the connection is being cut)."""
+
+
+@frozen
+class OutputPolicy:
+    """What a session does with output its peer does not read.
+
+    ``max_backlog``: bytes the broker holds for a peer beyond the transport's high-water mark
+    (Twisted's 64 KiB ``bufferSize``); the kernel's socket buffers come on top. ``drop``:
+    past the budget, discard (and count) instead of disconnecting.
+    """
+
+    max_backlog: int = 16 << 20
+    drop: bool = False
+
+
+#: a backlog at least this large, let go at once, is worth handing back to the system
+LARGE_RELEASE = 1 << 20
+
+
+class OutputBudget:
+    """The bytes queued for *all* slow consumers together (``max-output``).
+
+    A per-connection bound alone lets many slow readers take all memory (100 of them at
+    16 MiB each is 1.6 GB). Members are the outputs currently holding a backlog; each
+    reports its backlog as it changes (:meth:`update`). When a new frame would take the
+    total past ``limit``, the largest backlogs are cut first, each by its own policy: one
+    that disconnects is closed (its memory comes back), one that drops keeps what it has but
+    takes nothing more while the budget is spent. If the one asking is (now) the largest, it
+    is refused, and its own policy applies. ``limit`` 0: no global bound.
+    """
+
+    def __init__(self, limit: int, on_release: Callable[[], None] | None = None) -> None:
+        self.limit = limit
+        self.total = 0
+        #: member -> the backlog it last reported
+        self.members: dict[Any, int] = {}
+        #: cuts made to stay within the limit (disconnects and refusals)
+        self.cuts = 0
+        #: called when a member lets go of a large backlog (the broker trims the heap)
+        self.on_release = on_release
+
+    def update(self, member: Any, backlog: int) -> None:
+        """``member``'s backlog is now ``backlog`` bytes (0: it drained or left)."""
+        members = self.members
+        old = members.get(member, 0)
+        self.total += backlog - old
+        if backlog:
+            members[member] = backlog
+        else:
+            members.pop(member, None)
+            if old >= LARGE_RELEASE and self.on_release is not None:
+                self.on_release()
+
+    def admits(self, member: Any, backlog: int) -> bool:
+        """Whether ``member`` may grow its backlog to ``backlog`` bytes; makes room by
+        cutting larger backlogs first. False: ``member`` itself must be cut."""
+        limit = self.limit
+        current = self.members.get(member, 0)
+        if not limit or self.total - current + backlog <= limit:
+            return True
+        # over the budget (rare): largest first, measured afresh, since a backlog may shrink
+        # while its peer reads
+        for other, held in sorted(self.members.items(), key=_held, reverse=True):
+            if other is member or held < backlog:
+                break
+            measured = other.measure()
+            self.update(other, measured)
+            if measured >= backlog and other.cut():
+                self.cuts += 1
+                self.update(other, 0)
+            if self.total - current + backlog <= limit:
+                return True
+        self.cuts += 1
+        return False
+
+
+def _held(item: tuple[Any, int]) -> int:
+    return item[1]
+
+
+class Batcher:
+    """Coalesces deliveries: an output queues what the hub sends it and is written once
+    when the batch is flushed — at the end of the received chunk that caused it (the
+    connection adapter calls :meth:`flush`), or at the latest on the next reactor turn. A
+    publisher's chunk of many messages then costs each recipient one transport write, not
+    one per message."""
+
+    def __init__(self, clock: Any) -> None:
+        self._clock = clock
+        self._dirty: list[Any] = []
+        self._scheduled = False
+
+    def mark(self, output: Any) -> None:
+        self._dirty.append(output)
+        if not self._scheduled:
+            self._scheduled = True
+            self._clock.callLater(0, self._turn)
+
+    def _turn(self) -> None:
+        self._scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        dirty = self._dirty
+        while dirty:
+            self._dirty = []
+            for output in dirty:
+                output.flush()
+            dirty = self._dirty
+
+
+@implementer(IPushProducer)
+class TransportOutput:
+    """Batched output to a Twisted transport, within the session's byte budget.
+
+    While the peer keeps up, a batch is one ``transport.write``. The output is the
+    transport's streaming producer: when the transport's buffer passes its high-water mark
+    Twisted calls :meth:`pauseProducing`, and from then on what would be written is *held
+    here*, counted, within ``policy.max_backlog`` and the broker's budget; past them the
+    policy applies — ``drop`` (count and discard) or ``disconnect``. When the transport has
+    written everything (:meth:`resumeProducing`), what was held goes to it until it is full
+    again. Nobody else waits: the publisher and the other recipients never see the slow one.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_held",
+        "_pending",
+        "batcher",
+        "budget",
+        "held_bytes",
+        "paused",
+        "policy",
+        "session",
+        "stopped",
+        "transport",
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        transport: Any,
+        policy: OutputPolicy,
+        batcher: Batcher,
+        budget: OutputBudget | None = None,
+    ) -> None:
+        self.session = session
+        self.transport = transport
+        self.policy = policy
+        self.batcher = batcher
+        self.budget = budget
+        self._pending: list[bytes] = []
+        self._held: deque[bytes] = deque()
+        #: bytes held here because the transport's buffer is full
+        self.held_bytes = 0
+        self.paused = False
+        self.stopped = False
+        transport.registerProducer(self, True)
+
+    def send(self, frame: bytes) -> None:
+        pending = self._pending
+        if not pending:
+            self.batcher.mark(self)
+        pending.append(frame)
+
+    def flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        count = len(pending)
+        pending.clear()
+        if self.stopped:
+            return
+        if not self.paused:
+            self.transport.write(data)
+        elif not self._hold(data):
+            self._drop(count)
+
+    def reply(self, frame: bytes) -> None:
+        if self._pending:  # keep this peer's output in the order it was produced
+            self.flush()
+        if self.stopped:
+            return
+        if not self.paused:
+            self.transport.write(frame)
+        elif not self._hold(frame):
+            self.stopped = True
+            self.session.close(CloseReason.SLOW_CONSUMER)
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._pending.clear()
+        self._release()
+
+    # -- IPushProducer: the transport says when its buffer is full or empty -----------------
+
+    def pauseProducing(self) -> None:
+        self.paused = True  # Twisted calls this on every write while over the mark
+
+    def resumeProducing(self) -> None:
+        if self.stopped:
+            return
+        self.paused = False
+        held = self._held
+        if not held:
+            return
+        write = self.transport.write
+        while held and not self.paused:  # a write past the mark pauses us again
+            data = held.popleft()
+            self.held_bytes -= len(data)
+            write(data)
+        self._report()
+
+    def stopProducing(self) -> None:
+        self.stop()
+
+    # -- the slow consumer -------------------------------------------------------------------
+
+    def measure(self) -> int:
+        return self.held_bytes
+
+    def cut(self) -> bool:
+        if self.policy.drop:
+            return False
+        self.stopped = True
+        self.session.close(CloseReason.SLOW_CONSUMER)
+        return True
+
+    def _hold(self, data: bytes) -> bool:
+        """Hold ``data`` if the backlog stays within this session's budget and the
+        broker's; False if it would not."""
+        backlog = self.held_bytes + len(data)
+        if backlog > self.policy.max_backlog:
+            return False
+        budget = self.budget
+        if budget is not None:
+            if not budget.admits(self, backlog):
+                return False
+            budget.update(self, backlog)
+        self._held.append(data)
+        self.held_bytes = backlog
+        return True
+
+    def _drop(self, count: int) -> None:
+        session = self.session
+        session.stats.dropped += count
+        session.dropped += count
+        if not self.policy.drop:
+            self.stopped = True
+            session.close(CloseReason.SLOW_CONSUMER)
+        elif session.on_dropped is not None:
+            session.on_dropped(session, count)
+
+    def _release(self) -> None:
+        self._held.clear()
+        self.held_bytes = 0
+        self._report()
+
+    def _report(self) -> None:
+        if self.budget is not None:
+            self.budget.update(self, self.held_bytes)

@@ -1,0 +1,151 @@
+"""TransportOutput: batched writes, and what happens when the peer stops reading."""
+
+from __future__ import annotations
+
+import pytest
+from twisted.internet.task import Clock
+
+from msgbroker.hub import HubStats
+from msgbroker.output import Batcher, OutputBudget, OutputPolicy, TransportOutput
+from msgbroker.reasons import CloseReason
+from msgbroker.session import Session
+from msgbroker.testing import MemoryWire
+
+
+class RecordingLink:
+    def __init__(self):
+        self.closed = []
+
+    def close_transport(self, reason):
+        self.closed.append(reason)
+
+    def abort(self):
+        self.closed.append("abort")
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+def make_output(max_backlog=10, drop=False, budget=None):
+    clock = Clock()
+    link = RecordingLink()
+    session = Session(protocol="test", encode=lambda m: b"", stats=HubStats(), link=link)
+    wire = MemoryWire()
+    batcher = Batcher(clock)
+    output = TransportOutput(session, wire, OutputPolicy(max_backlog, drop), batcher, budget)
+    session.attach(output)
+    return session, output, wire, link, batcher
+
+
+def test_deliveries_are_written_once_per_batch():
+    session, output, wire, _, batcher = make_output()
+    writes = []
+    wire.write = writes.append
+    session.send(b"a")
+    session.send(b"b")
+    assert writes == []
+    batcher.flush()
+    assert writes == [b"ab"]
+
+
+def test_a_reply_follows_what_was_sent_before_it():
+    session, output, wire, _, _ = make_output()
+    session.send(b"event\n")
+    output.reply(b"200\n")
+    assert bytes(wire.data) == b"event\n200\n"
+
+
+def test_while_the_peer_does_not_read_output_is_held_and_comes_out_in_order():
+    session, output, wire, _, batcher = make_output(max_backlog=100)
+    wire.fill()
+    session.send(b"1234")
+    batcher.flush()
+    output.reply(b"200\n")
+    assert bytes(wire.data) == b""
+    assert output.held_bytes == 8
+    wire.drain()
+    assert bytes(wire.data) == b"1234200\n"
+    assert output.held_bytes == 0
+
+
+def test_under_the_drop_policy_an_event_is_dropped_but_a_reply_disconnects():
+    session, output, wire, link, batcher = make_output(drop=True)
+    wire.fill()
+    session.send(b"12345678")
+    batcher.flush()
+    session.send(b"12345678")  # over 10 bytes: dropped, connection kept
+    batcher.flush()
+    assert (session.dropped, link.closed) == (1, [])
+    output.reply(b"200\n")  # 8 + 4 > 10: a reply is never dropped, so the peer goes
+    assert link.closed == [CloseReason.SLOW_CONSUMER]
+
+
+def test_replies_within_the_budget_are_kept():
+    session, output, wire, link, _ = make_output(drop=True)
+    wire.fill()
+    output.reply(b"200\n")
+    output.reply(b"200\n")
+    assert (output.held_bytes, link.closed) == (8, [])
+    wire.drain()
+    assert bytes(wire.data) == b"200\n200\n"
+
+
+def test_under_the_disconnect_policy_a_delivery_over_budget_closes_the_peer():
+    session, output, wire, link, batcher = make_output()
+    wire.fill()
+    session.send(b"x" * 11)
+    batcher.flush()
+    assert link.closed == [CloseReason.SLOW_CONSUMER]
+    assert session.stats.dropped == 1
+    session.send(b"more")
+    batcher.flush()
+    assert bytes(wire.data) == b""  # nothing after the cut
+
+
+def test_held_output_is_a_member_of_the_broker_budget_until_it_drains():
+    budget = OutputBudget(limit=1000)
+    session, output, wire, _, batcher = make_output(max_backlog=100, budget=budget)
+    wire.fill()
+    session.send(b"x" * 40)
+    batcher.flush()
+    assert budget.members == {output: 40}
+    wire.drain()
+    assert budget.members == {}
+    assert budget.total == 0
+
+
+def test_the_largest_backlog_is_cut_when_the_budget_is_spent():
+    budget = OutputBudget(limit=60)
+    big, big_out, big_wire, big_link, batcher = make_output(max_backlog=100, budget=budget)
+    small, small_out, small_wire, small_link, _ = make_output(max_backlog=100, budget=budget)
+    small_out.batcher = batcher
+    big_wire.fill()
+    small_wire.fill()
+    big.send(b"x" * 50)
+    batcher.flush()
+    small.send(b"y" * 20)  # 50 + 20 > 60: the larger backlog goes
+    batcher.flush()
+    assert big_link.closed == [CloseReason.SLOW_CONSUMER]
+    assert small_link.closed == []
+    assert budget.members == {small_out: 20}
+
+
+@pytest.mark.parametrize("how", ["stop", "kick"])
+def test_a_stopped_output_writes_nothing_and_leaves_the_budget(how):
+    budget = OutputBudget(limit=1000)
+    session, output, wire, _, batcher = make_output(max_backlog=100, budget=budget)
+    wire.fill()
+    session.send(b"x" * 40)
+    batcher.flush()
+    if how == "stop":
+        output.stop()
+    else:
+        session.kick("identity logged in elsewhere")
+    wire.drain()
+    session.send(b"after")
+    batcher.flush()
+    assert bytes(wire.data) == b""
+    assert budget.members == {}
