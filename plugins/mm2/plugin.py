@@ -10,8 +10,8 @@ from weakref import WeakKeyDictionary
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
-from msgbroker.legacy import BrokerFactory
 from msgbroker.errors import ConfigError
+from msgbroker.legacy import BrokerFactory
 
 from .extensions import Registry
 from .fragments import DEFAULT_MAX_MESSAGE

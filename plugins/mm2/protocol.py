@@ -28,8 +28,8 @@ from typing import Any
 from twisted.logger import Logger
 
 from msgbroker.auth import Accept, LoginRequest
-from msgbroker.legacy import BrokerProtocol
 from msgbroker.errors import NoSuchIdentity, RemoteProtocolError
+from msgbroker.legacy import BrokerProtocol
 from msgbroker.message import Kind, Message, MessageRun
 
 from . import codec

@@ -9,8 +9,8 @@ from weakref import WeakKeyDictionary
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
-from msgbroker.legacy import BrokerFactory
 from msgbroker.errors import ConfigError
+from msgbroker.legacy import BrokerFactory
 
 from . import actions
 from .codec import DEFAULT_MAX_PAYLOAD

@@ -12,8 +12,8 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from msgbroker.legacy import BrokerProtocol
 from msgbroker.errors import RemoteProtocolError
+from msgbroker.legacy import BrokerProtocol
 
 from . import codec
 from .codec import Encoding
