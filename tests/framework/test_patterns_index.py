@@ -37,7 +37,7 @@ def one(pattern: str) -> PatternIndex[str]:
         ("a/*/c", "a/b/c/", False),
         ("*", "abc", True),
         ("*", "a/b", False),
-        # a * that meets the end of the key matches nothing (DECISIONS.md, the reference)
+        # a * that meets the end of the key matches nothing (docs/sbus.md, the reference)
         ("*", "", False),
         ("a*", "a", False),
         ("a*", "ab", True),

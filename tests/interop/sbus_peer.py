@@ -1,4 +1,4 @@
-"""The sbus adapter of the interop matrix, written from sbus.txt alone: a raw
+"""The sbus adapter of the interop matrix, written from the sbus README alone: a raw
 ``socket.socket(AF_UNIX, SOCK_SEQPACKET)`` and packets built by hand, never msgbroker's sbus
 codec or client (the point is to check the server against an independent reading).
 
@@ -15,7 +15,8 @@ sbus differs from the other protocols in ways the matrix must know:
   sees it, so markers are invisible to every other subscriber. It comes back by echo, so
   a barrier needs echo on (``CMSG echo/off`` callers send ``echo/on`` before syncing);
 - a delivered ``MSG`` does not say who sent it: its event's sender is :data:`UNKNOWN`; its
-  topic is the key decoded with surrogateescape, which is lossless (DECISIONS.md), so
+  topic is the key decoded with surrogateescape, which is lossless (docs/architecture.md,
+  "Cross-protocol decisions"), so
   comparing events compares the key bytes;
 - only MCASTs travel: no presence, unicast or broadcast.
 """
@@ -31,8 +32,8 @@ from tests.interop.peers import WAIT, Closed, Event, Peer
 
 #: the sender of a message as an sbus subscriber sees it: not said
 UNKNOWN = ""
-#: the largest packet the broker accepts by default (DECISIONS.md); a recv buffer one larger
-#: tells a whole packet from a truncated one
+#: the largest packet the broker accepts by default (docs/sbus.md, Decisions); a recv
+#: buffer one larger tells a whole packet from a truncated one
 MAX_PACKET = 212_960
 
 _markers = itertools.count(1)
@@ -40,7 +41,7 @@ _markers = itertools.count(1)
 
 def key_of(topic: str | bytes) -> bytes:
     """The routing key of ``topic``: bytes as they are, text as UTF-8 with surrogateescape
-    (the broker's own mapping, DECISIONS.md)."""
+    (the broker's own mapping, docs/architecture.md)."""
     return topic if isinstance(topic, bytes) else topic.encode("utf-8", "surrogateescape")
 
 
@@ -73,7 +74,7 @@ class SbusPeer(Peer):
         return sock
 
     def _whoami(self) -> bytes:
-        """``!/cred/<gid>/<uid>/<pid>`` from the server's control message (sbus.txt: the
+        """``!/cred/<gid>/<uid>/<pid>`` from the server's control message (the sbus README: the
         reply has the same key, so it is known to come from the server)."""
         self.send(b"CMSG !/cred/whoami")
         self.sock.settimeout(WAIT)

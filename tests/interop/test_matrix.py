@@ -350,7 +350,7 @@ def test_large_payload_reaches_every_protocol_that_carries_it(
     assert receiver.sync() == []
 
 
-# -- per-recipient skips (DECISIONS.md, "One broker, one namespace") ------------------------------
+# -- per-recipient skips (docs/architecture.md, "Cross-protocol decisions") -----------------------
 
 SKIP_CASES = [
     (name, data)

@@ -2,11 +2,11 @@
 Micromessage2, both ways, over real sockets with the independent adapters
 (tests/interop/peers.py, mm2_peer.py, sbus_peer.py) and one broker for the module.
 
-What sbus has is tested against every other protocol (DECISIONS.md, "One broker, one
-namespace" and "sbus"): MCAST with exact bytes; sbus patterns over what the others publish;
-the name the others show for an sbus publisher; keys that are not UTF-8; payloads SSMP
-cannot carry; echo (sbus only); secret ``!/cred/`` keys; order. What it has not (login,
-presence, unicast, broadcast) is left out: see sbus_peer.py.
+What sbus has is tested against every other protocol (docs/architecture.md, "Cross-protocol
+decisions", and docs/sbus.md, "Decisions"): MCAST with exact bytes; sbus patterns over what
+the others publish; the name the others show for an sbus publisher; keys that are not UTF-8;
+payloads SSMP cannot carry; echo (sbus only); secret ``!/cred/`` keys; order. What it has
+not (login, presence, unicast, broadcast) is left out: see sbus_peer.py.
 
 Absence is proven with sync markers, never by waiting for a silence: every peer's
 ``sync()`` round-trips a marker through the broker, which handles one connection's input in
@@ -234,7 +234,8 @@ def test_key_that_is_not_utf8_skips_stmp_subscribers_whose_codec_cannot_carry_it
 ) -> None:
     """STMP JSON subscribers can name the topic (``\\udcff`` escapes), but STMP deliveries are
     UTF-8 JSON, which cannot carry a lone surrogate (``encode_payload`` refuses it): they are
-    skipped and counted (DECISIONS.md), the publisher and the other recipients unaffected."""
+    skipped and counted (docs/sbus.md, Decisions), the publisher and the other recipients
+    unaffected."""
     prefix = unique("odd")
     key = prefix.encode() + b"/\xff"
     topic = key.decode("utf-8", "surrogateescape")

@@ -396,7 +396,7 @@ SETTLE = b'"settled"'
 
 def settle(client: BlockingMM2Client) -> None:
     """A round trip: ``client`` unicasts to itself and reads that message back. COMMAND
-    frames take effect before any later frame of the connection (DECISIONS.md), so what it
+    frames take effect before any later frame of the connection (docs/mm2.md), so what it
     subscribed before is in force on the server once this returns."""
     client.unicast(client.session.hello.identity, SETTLE)
     message = client.next_message(WAIT)

@@ -1,5 +1,5 @@
-"""Micromessage2 codec conformance: every vector of shared/vectors/micromessage2.md, and the
-frame layer (flags, lengths, errors) as DECISIONS.md fixes it.
+"""Micromessage2 codec conformance: every vector of tests/vectors/micromessage2.md, and the
+frame layer (flags, lengths, errors) as docs/mm2.md ("Decisions") fixes it.
 
 Every decoding check feeds the bytes whole, one byte at a time and split at every point,
 and requires the same frames (and the same error) each way.

@@ -1,5 +1,6 @@
 """The Micromessage2 handshake: messages, extension lists, version negotiation and the
-active extensions, as DECISIONS.md fixes them (the spec's examples where they agree)."""
+active extensions, as docs/mm2.md ("Decisions") fixes them (the spec's examples where they
+agree)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Micromessage2 ``pubsub`` commands (DECISIONS.md's definition) and their filters, read
+"""The Micromessage2 ``pubsub`` commands (our definition, docs/mm2.md) and their filters, read
 and written (the hub evaluates them)."""
 
 from __future__ import annotations

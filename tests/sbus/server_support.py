@@ -1,5 +1,5 @@
-"""A real broker with an sbus listener, and raw seqpacket clients written from sbus.txt
-(no msgbroker client code), for the server tests."""
+"""A real broker with an sbus listener, and raw seqpacket clients written from the sbus
+README (no msgbroker client code), for the server tests."""
 
 from __future__ import annotations
 

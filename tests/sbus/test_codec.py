@@ -1,5 +1,5 @@
-"""sbus codec conformance: the packet grammar of sbus.txt ("Protocol") as fixed by the sbus
-section of DECISIONS.md, its error cases, and round trips."""
+"""sbus codec conformance: the packet grammar of the sbus README ("Protocol") as fixed by
+docs/sbus.md ("Decisions"), its error cases, and round trips."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 - Garbage (random bytes, token soup, mutated valid packets): :func:`parse_packet` returns a
   packet or raises ``RemoteProtocolError``, never anything else.
-- Differential: :func:`parse_packet` agrees with an oracle built from sbus.txt's regular
+- Differential: :func:`parse_packet` agrees with an oracle built from the sbus README's regular
   expressions, and :func:`matches` with a regex translation of the pattern rules.
 - Round trips: generated packets of every kind survive encode then parse.
 """
@@ -54,7 +54,7 @@ garbage = st.one_of(
     packets.map(encode_packet).flatmap(mutated),
 )
 
-# -- oracles: sbus.txt's regular expressions read literally -----------------------------------
+# -- oracles: the sbus README's regular expressions read literally ----------------------------
 
 _GRAMMAR = [
     (re.compile(rb"SUB ([^\x00]*)(\x00.*)?", re.DOTALL), lambda m: Subscribe(m[1])),
@@ -79,7 +79,7 @@ def oracle_parse(data, max_size):
 
 def oracle_matches(pattern, key):
     """The pattern rules as a regex: ``*`` is ``[^/]*+`` (possessive: greedy, no
-    backtracking) that may not start at the end of the key (DECISIONS.md: such a ``*``
+    backtracking) that may not start at the end of the key (docs/sbus.md: such a ``*``
     matches nothing), a final ``/`` is ``/.*``, other bytes are literal, the whole key must
     match; the empty pattern matches every key. Secret keys are left out."""
     if not pattern:

@@ -1,4 +1,4 @@
-"""sbus routing keys and patterns: matching (sbus.txt "Routing keys", DECISIONS.md), secret
+"""sbus routing keys and patterns: matching (the sbus README's "Routing keys", docs/sbus.md), secret
 ``!/cred/`` keys and subscriptions, and the key <-> topic mapping."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_star_matches_up_to_next_slash_or_end(pattern, key, expected):
 @pytest.mark.parametrize(
     ("pattern", "key", "expected"),
     [
-        # DECISIONS.md's examples: the reference server's edges
+        # docs/sbus.md's examples: the reference server's edges
         (b"a*", b"a", False),
         (b"a/*", b"a/", False),
         (b"*", b"", False),

@@ -1,6 +1,6 @@
-"""The sbus server over real unix seqpacket sockets, with raw clients written from sbus.txt:
-SUB/UNSUB/MSG/CMSG as DECISIONS.md fixes them, credentials, echo, bad input, and the
-socket file."""
+"""The sbus server over real unix seqpacket sockets, with raw clients written from the sbus
+README: SUB/UNSUB/MSG/CMSG as docs/sbus.md ("Decisions") fixes them, credentials, echo, bad
+input, and the socket file."""
 
 from __future__ import annotations
 

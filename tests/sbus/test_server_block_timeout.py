@@ -1,5 +1,5 @@
 """One sbus client that asks for ``blocking/soft/block`` on every topic and never reads
-cannot freeze the bus (DECISIONS.md: one slow client never blocks the bus or any other
+cannot freeze the bus (docs/sbus.md: one slow client never blocks the bus or any other
 client): through a real broker and real sockets, its publishers are paused for at most
 ``--block-timeout``, then it is cut (``--slow-consumer disconnect``) or discarded for
 (``drop``), and the publishers finish their burst."""

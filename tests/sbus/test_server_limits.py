@@ -1,7 +1,7 @@
 """The broker's limits on the sbus listener, on real seqpacket sockets: the accept queue is
 ``--listen-backlog`` long, a connection over ``--max-connections`` is closed at once, and a
-``SUB`` over ``--max-subscriptions`` closes that client and no other (DECISIONS.md,
-"Limits")."""
+``SUB`` over ``--max-subscriptions`` closes that client and no other (docs/sbus.md,
+"Decisions")."""
 
 from __future__ import annotations
 

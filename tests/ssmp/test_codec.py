@@ -1,4 +1,4 @@
-"""SSMP 1.1 codec conformance: the ABNF of ssmp-1.1.txt as amended by DECISIONS.md.
+"""SSMP 1.1 codec conformance: the spec's ABNF as amended by docs/ssmp.md, "Decisions".
 
 Every decoding test also checks that the same bytes fed one byte at a time and split at
 every point give the same events (and the same error) as when fed whole.

@@ -1,4 +1,4 @@
-"""SSMP server behaviour, in memory: every rule of the spec and DECISIONS.md."""
+"""SSMP server behaviour, in memory: every rule of the spec and of docs/ssmp.md, "Decisions"."""
 
 from __future__ import annotations
 

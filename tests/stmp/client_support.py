@@ -6,7 +6,7 @@ a ``StringTransport`` (:class:`Wire`). Everything that needs real sockets runs a
 :class:`FakeServer`, a small STMP server built here on the codec (not the broker): it answers
 the version check (or refuses it), logs in anybody, routes publish/unicast/broadcast between
 its own connections like the broker's built-in actions (a broadcast reaches the peers sharing
-a topic with the sender, as DECISIONS.md says), and has test actions that echo, reply late,
+a topic with the sender, as docs/stmp.md says), and has test actions that echo, reply late,
 never reply, notify back or answer a chosen status.
 
 Tests marked ``# real broker:`` exercise behaviour the broker implements too: they take the

@@ -289,7 +289,7 @@ def test_sub_prints_deliveries_and_exits_0_on_ctrl_c(capsys, target):
         run(capsys, "stmp", "call", "0.0.1.5", '{"to": "alice", "data": "psst"}', "--id", "carol",
             *where(target))  # fmt: skip
         assert out.wait_for("psst").string == "carol @alice psst\n"
-        # a broadcast reaches the peers sharing a topic with the sender (DECISIONS.md): a
+        # a broadcast reaches the peers sharing a topic with the sender (docs/stmp.md): a
         # one-shot call shares none, so its Ok reaches nobody; dave, in "news", reaches alice
         assert run(capsys, "stmp", "call", "0.0.1.6", '{"data": "lost"}', "--id", "eve",
                    *where(target)) == (0, "0x00 Ok\n", "")  # fmt: skip

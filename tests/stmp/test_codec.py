@@ -1,5 +1,5 @@
-"""STMP 0.1 codec conformance: every vector of shared/vectors/stmp.json, the grammar of
-stmp-article.txt as amended by the STMP section of DECISIONS.md, and its error cases.
+"""STMP 0.1 codec conformance: every vector of tests/vectors/stmp.json, the grammar of the
+STMP article as amended by docs/stmp.md ("Decisions"), and its error cases.
 
 Every binary-stream decoding check also feeds the same bytes one byte at a time and split
 at every point, and requires the same messages (and the same error) as when fed whole.

@@ -1,4 +1,4 @@
-"""STMP server behaviour over TCP (binary), in memory: DECISIONS.md's STMP rules."""
+"""STMP server behaviour over TCP (binary), in memory: the rules of docs/stmp.md, "Decisions"."""
 
 from __future__ import annotations
 
