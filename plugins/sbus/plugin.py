@@ -4,7 +4,7 @@
 ``/dev/fd/N``, ``/dev/unix/abstract[/HEX]``), with options ``mode=0700`` (the socket
 file's permissions) and ``max-packet=N`` (the largest packet a client may send). The
 embedded default listens at ``$XDG_RUNTIME_DIR/msgbroker/sbus.socket``, or under the
-temporary directory when there is no runtime directory.
+temporary directory when there is no runtime directory. ``msgbroker sbus`` is its client.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .seqpacket import SeqpacketServerEndpoint, parse_endpoint
 
 if TYPE_CHECKING:
     from msgbroker.broker import Broker
+    from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
 
 
@@ -56,3 +57,10 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
             build_endpoint=build_endpoint,
         )
     )
+
+
+@hookimpl
+def msgbroker_register_commands(register: RegisterCommand) -> None:
+    from . import cli
+
+    register(cli, order=40)

@@ -1,4 +1,5 @@
-"""The SSMP plugin: registers the ``ssmp`` protocol (default: tcp 4444 on loopback)."""
+"""The SSMP plugin: registers the ``ssmp`` protocol (default: tcp 4444 on loopback) and
+``msgbroker ssmp``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from msgbroker.broker import Broker
+    from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
 
 DEFAULT_ENDPOINT = "tcp:4444:interface=127.0.0.1"
@@ -33,3 +35,10 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
             description="Stupid-Simple Messaging Protocol 1.1",
         )
     )
+
+
+@hookimpl
+def msgbroker_register_commands(register: RegisterCommand) -> None:
+    from . import cli
+
+    register(cli, order=10)
