@@ -255,7 +255,7 @@ def from_mapping(
 
     def put(section: str, key: str, value: Any, spelled: str) -> None:
         if (section, key) in given:
-            raise ConfigError(f"{spelled} and {given[section, key]} both set [{section}] {key}")
+            raise ConfigError(f"{given[section, key]} and {spelled} are one option: give it once")
         given[section, key] = spelled
         table = tables.get(section)
         # this layer's value replaces the key's, however the layer below spelled it

@@ -264,7 +264,11 @@ class Plugins:
                     report(by, f"plugin {by!r}: {wrong}")
                 elif command.NAME in commands:
                     taken = commands[command.NAME].plugin
-                    report(by, f"plugin {by!r}: the command {command.NAME!r} is {taken!r}'s")
+                    report(
+                        by,
+                        f"plugin {by!r}: the command name {command.NAME!r} is taken "
+                        f"(by plugin {taken!r})",
+                    )
                 else:
                     commands[command.NAME] = RegisteredCommand(command, order, by)
 

@@ -17,13 +17,13 @@ from attrs import frozen
 from .errors import ConfigError
 from .options import Option, convert
 
-_Settings = TypeVar("_Settings", covariant=True)
+_Settings_co = TypeVar("_Settings_co", covariant=True)
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
 @frozen
-class ConfigSection(Generic[_Settings]):
+class ConfigSection(Generic[_Settings_co]):
     """A plugin's section of the configuration: the ``[name]`` table of the TOML file, and
     its options, each also a command-line option (``--FLAG``) and a top-level key.
 
@@ -34,7 +34,7 @@ class ConfigSection(Generic[_Settings]):
 
     #: ``[a-z0-9-]+``; by convention the plugin's name
     name: str
-    settings: Callable[..., _Settings]
+    settings: Callable[..., _Settings_co]
     options: tuple[Option, ...]
     #: one line on what the section is for (``msgbroker plugins`` shows it)
     help: str = ""
@@ -53,11 +53,11 @@ class ConfigSection(Generic[_Settings]):
     def flags(self) -> dict[str, Option]:
         return {self.flag(option): option for option in self.options}
 
-    def resolve(self, given: Any) -> _Settings:
+    def resolve(self, given: Any) -> _Settings_co:
         """The settings object for the values ``given`` (key -> value; dashes or
         underscores), or ``given`` itself when it already is one."""
         if isinstance(self.settings, type) and isinstance(given, self.settings):
-            return cast(_Settings, given)
+            return cast(_Settings_co, given)
         if not isinstance(given, Mapping):
             raise ConfigError(f"[{self.name}] must be a table, not {given!r}")
         by_key = {option.name: option for option in self.options}

@@ -3,9 +3,10 @@ routes, and its sessions. Its options are the ``[journal]`` section (:mod:`.sett
 
 Hot-path rule: this module implements only ``msgbroker_register_config_sections``,
 ``msgbroker_broker_started`` and ``msgbroker_broker_stopped``, so a broker without a journal
-binds no observer and pays nothing per message. With a journal configured, the started hook registers a
-:class:`Journal` (the observation hooks, as methods) and re-binds the broker's hooks; the
-stopped hook unregisters it, re-binds, and closes the writer (writing what is pending).
+binds no observer and pays nothing per message. With a journal configured, the started hook
+registers a :class:`Journal` (the observation hooks, as methods) with ``broker.add_plugin``,
+which re-binds the broker's hooks; the stopped hook removes it (``broker.remove_plugin``,
+re-binding again) and closes the writer (writing what is pending).
 No session can open before the started hook runs: listeners accept connections only once
 the reactor turns, after the service has started.
 """

@@ -10,13 +10,13 @@ temporary directory when there is no runtime directory. ``msgbroker sbus`` is it
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
 
+from .addresses import default_path
 from .protocol import SbusFactory
 from .seqpacket import SeqpacketServerEndpoint, parse_endpoint
 
@@ -24,14 +24,6 @@ if TYPE_CHECKING:
     from msgbroker.broker import Broker
     from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
-
-
-def default_path() -> str:
-    """Where the embedded default listens (its directory is made, mode 0700, on bind)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return os.path.join(runtime, "msgbroker", "sbus.socket")
-    return os.path.join(tempfile.gettempdir(), f"msgbroker-{os.getuid()}", "sbus.socket")
 
 
 def build_endpoint(reactor: Any, text: str) -> SeqpacketServerEndpoint:
