@@ -40,10 +40,13 @@ def msgbroker_add_hookspecs(add: Callable[[object], None]) -> None:
     """Add hookspecs of your own, for other plugins to implement. *historic*.
 
     Call ``add(namespace)`` with a module or class holding functions decorated with
-    :data:`msgbroker.hookspec` (named ``msgbroker_*``). Called as the plugin is registered
-    (historic: a plugin registered later is called too), so implementations of the new
-    hooks are accepted whether their plugin was registered before or after this one. Call
-    them through ``plugins.caller(name)`` (:class:`msgbroker.hooks.Plugins`). A hook name
+    :data:`msgbroker.hookspec`, named so that they say whose they are
+    (``msgbroker_register_stmp_routes``). Called as the plugin is registered (historic: a
+    plugin registered later is called too), so implementations of the new hooks are
+    accepted whether their plugin was registered before or after this one; an
+    implementation of a hook no loaded plugin declares is refused unless marked
+    ``@hookimpl(optionalhook=True)``. Call them through ``plugins.caller(name)``
+    (:class:`msgbroker.hooks.Plugins`), in a typed function of your package. A hook name
     that already has a spec is a configuration error.
     """
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from attrs import evolve
 from twisted.python import usage
 
 from .config import OPTIONS, Option, build_config
@@ -111,7 +112,12 @@ def options_class(
     """:class:`BrokerOptions` with the options of ``sections`` (``--journal`` ...); for
     ``twistd``, one that prints a bad option or configuration in one line (not the whole
     usage text) and exits with status 2."""
-    plugin_options = [(s.flag(o), o) for s in sections for o in s.options]
+    # the help says where the option goes in the file: "... ([journal] rotate-seconds)"
+    plugin_options = [
+        (s.flag(o), evolve(o, help=f"{o.help} ([{s.name}] {o.name})"))
+        for s in sections
+        for o in s.options
+    ]
     attributes = _table(plugin_options)
     attributes.update(sections=tuple(sections), twistd=twistd, __doc__=BrokerOptions.__doc__)
     return type("Options", (BrokerOptions,), attributes)
