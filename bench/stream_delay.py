@@ -52,8 +52,7 @@ def main() -> int:
     with running_broker(
         ("ssmp=tcp:0:interface=127.0.0.1",),
         auth=("open",),
-        journal=str(journal),
-        journal_rotate_seconds=args.rotate,
+        sections={"journal": {"directory": str(journal), "rotate-seconds": args.rotate}},
     ) as broker:
         (journal / "messages").mkdir(parents=True, exist_ok=True)
         received: list[tuple[float, dict[str, object]]] = []

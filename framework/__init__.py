@@ -1,21 +1,20 @@
 """msgbroker: one message broker for SSMP, STMP, Micromessage2 and sbus.
 
-The public API, re-exported: :data:`hookimpl` to implement hooks, :class:`Broker` to embed
-or subclass, the value types plugins see, and the errors.
+The public API, re-exported: :data:`hookimpl` to implement hooks and :data:`hookspec` to
+declare a plugin's own, :class:`Broker` to embed or subclass, :class:`Plugins` (a broker's
+plugins and the typed way to call hooks), the value types plugins see, and the errors.
 """
 
 from __future__ import annotations
 
-import pluggy
-
-hookimpl = pluggy.HookimplMarker("msgbroker")
-
-from .auth import Accept, AuthScheme, Deny, LoginRequest  # noqa: E402
-from .broker import Broker, ProtocolSpec  # noqa: E402
-from .config import BrokerConfig, Listener  # noqa: E402
-from .errors import ConfigError, MsgbrokerError, RemoteProtocolError  # noqa: E402
-from .message import Kind, Message, RouteResult  # noqa: E402
-from .session import Session  # noqa: E402
+from .auth import Accept, AuthScheme, Deny, LoginRequest
+from .broker import Broker, ProtocolSpec
+from .config import BrokerConfig, ConfigSection, Listener, Option
+from .errors import ConfigError, MsgbrokerError, RemoteProtocolError
+from .hooks import Plugins
+from .markers import hookimpl, hookspec
+from .message import Kind, Message, RouteResult
+from .session import Session
 
 __all__ = [
     "Accept",
@@ -23,15 +22,19 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "ConfigError",
+    "ConfigSection",
     "Deny",
     "Kind",
     "Listener",
     "LoginRequest",
     "Message",
     "MsgbrokerError",
+    "Option",
+    "Plugins",
     "ProtocolSpec",
     "RemoteProtocolError",
     "RouteResult",
     "Session",
     "hookimpl",
+    "hookspec",
 ]

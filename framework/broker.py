@@ -16,15 +16,16 @@ from attrs import frozen
 from twisted.logger import Logger
 
 from .auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
-from .config import BrokerConfig, Listener
+from .config import BrokerConfig, Listener, resolve_sections
 from .connection import StreamFactory
 from .errors import ConfigError, LimitExceeded
+from .hooks import Plugins
 from .hub import Hub, HubLimits, Peer
 from .limits import ConnectionLimits, LoginThrottle, RateLimitedLog
 from .memory import Trimmer, resident_bytes
 from .message import Encoder, Message, MessageRun, RouteResult
 from .output import Batcher, Output, OutputBudget, OutputPolicy
-from .pluginmanager import build_plugin_manager, has_implementations
+from .pluginmanager import build_plugin_manager
 from .reasons import CloseReason
 from .session import Link, Session
 
@@ -107,15 +108,18 @@ class Broker:
         )
         #: all slow consumers' backlogs together; letting go of a large one trims the heap
         self.output_budget = OutputBudget(config.max_output, self.trimmer.released)
+        #: the pluggy manager underneath :attr:`plugins`; call hooks through ``plugins``
         self.pm = build_plugin_manager(
             self.config.plugins, self.config.no_plugins, extra=[self, *plugins]
         )
+        #: the broker's plugins: typed hook calls, finding a plugin, per-broker state
+        self.plugins = Plugins(self.pm)
+        # the plugins' sections ([journal], ...) become their settings objects
+        self.config = resolve_sections(self.config, self.plugins.config_sections())
         self.protocols: dict[str, ProtocolSpec] = {}
-        self.pm.hook.msgbroker_register_protocols(register=self._register_protocol)
+        self.plugins.register_protocols(self._register_protocol)
         self.schemes: dict[str, AuthScheme] = {}
-        self.pm.hook.msgbroker_register_auth_schemes(
-            register=self._register_scheme, config=self.config
-        )
+        self.plugins.register_auth_schemes(self._register_scheme, self.config)
         self.enabled_schemes = self._enabled_schemes()
         self._bind_hooks()
 
@@ -153,29 +157,25 @@ class Broker:
         return tuple(dict.fromkeys(names))
 
     def _bind_hooks(self) -> None:
-        """Resolve once which observation hooks have implementations (hot-path rule)."""
-        hook = self.pm.hook
-
-        def has(name: str) -> bool:
-            return has_implementations(self.pm, name)
-
-        self._authorize = hook.msgbroker_authorize if has("msgbroker_authorize") else None
-        self._authenticate = hook.msgbroker_authenticate if has("msgbroker_authenticate") else None
-        self._opened = hook.msgbroker_session_opened if has("msgbroker_session_opened") else None
-        self._closed = hook.msgbroker_session_closed if has("msgbroker_session_closed") else None
-        self._login = hook.msgbroker_session_login if has("msgbroker_session_login") else None
+        """Resolve which observation hooks have implementations (hot-path rule)."""
+        hooks = self.plugins.bind()
+        self._authorize = hooks.authorize
+        self._authenticate = hooks.authenticate
+        self._opened = hooks.session_opened
+        self._closed = hooks.session_closed
+        self._login = hooks.session_login
         # may run again (a plugin registered at start); start from "nobody observes"
         self.hub.observer = None
         self.hub.run_observer = None
-        if has("msgbroker_message_routed"):
-            routed = hook.msgbroker_message_routed
+        routed = hooks.message_routed
+        if routed is not None:
 
             def observe(message: Message, result: RouteResult) -> None:
                 routed(message=message, result=result)
 
             self.hub.observer = observe
-            if has("msgbroker_run_routed"):
-                run_routed = hook.msgbroker_run_routed
+            run_routed = hooks.run_routed
+            if run_routed is not None:
 
                 def observe_run(run: MessageRun, result: RouteResult) -> None:
                     run_routed(run=run, result=result)
@@ -188,13 +188,15 @@ class Broker:
         """Register ``plugin`` with this running broker, as if it had been there from the
         start for every hook called from now on: the hot path's hooks are resolved again
         (a plugin that starts with the broker, like the journal, registers its observer
-        from ``msgbroker_broker_started``)."""
-        self.pm.register(plugin, name=name)
+        from ``msgbroker_broker_started``). Registration hooks (protocols, auth schemes,
+        configuration sections) have been called already. A hook it implements that nobody
+        declares is a :class:`ConfigError`."""
+        self.plugins.register(plugin, name=name)
         self._bind_hooks()
 
     def remove_plugin(self, plugin: Any = None, name: str | None = None) -> Any:
         """Unregister a plugin (by object or by name) and resolve the hooks again; returns it."""
-        removed = self.pm.unregister(plugin, name=name)
+        removed = self.plugins.unregister(plugin, name=name)
         self._bind_hooks()
         return removed
 
@@ -293,7 +295,7 @@ class Broker:
         if self._authenticate is not None:
             decided = self._authenticate(request=request)
             if decided is not None:
-                return decided  # type: ignore[no-any-return]
+                return decided
         return self.schemes[request.scheme].authenticate(request)
 
     def login(self, session: Session, request: LoginRequest) -> AuthResult:
@@ -385,11 +387,11 @@ class Broker:
         )
 
     def started(self) -> None:
-        self.pm.hook.msgbroker_broker_started(broker=self)
+        self.plugins.broker_started(self)
 
     def stopped(self) -> None:
         self.trimmer.cancel()
-        self.pm.hook.msgbroker_broker_stopped(broker=self)
+        self.plugins.broker_stopped(self)
 
 
 def _log_info(text: str, more: int) -> None:

@@ -1,35 +1,36 @@
-"""The ``msgbroker`` console command: ``msgbroker PROTOCOL ACTION ...``.
+"""The ``msgbroker`` console command: ``msgbroker COMMAND ...``.
 
-Each protocol's client commands live in a module listed in :data:`PROTOCOL_COMMANDS`; adding
-a protocol (``msgbroker stmp ...``) means adding its module there. A module provides:
+The commands come from plugins, through ``msgbroker_register_commands``: each protocol
+plugin registers its client (``msgbroker ssmp ...``), the analytics plugin ``msgbroker
+analytics``, a third-party plugin its own. A command is a module (or object) providing (see
+:class:`msgbroker.commands.Command`):
 
 - ``NAME`` (the sub-command, e.g. ``"ssmp"``) and ``HELP`` (one line);
 - ``add_arguments(parser)``: add its options and actions to its ``argparse`` sub-parser;
 - ``run(args) -> int``: do it and return the exit status.
 
+``msgbroker plugins`` (the framework's own) lists the installed plugins.
+
 ``run`` raises :class:`CommandError` for anything the user should be told in one line
 (connection refused, login refused, ...): ``main`` prints ``msgbroker: error: ...`` on stderr
 and exits with status 1. Ctrl-C ends any command without a traceback (status 130, unless
-the command handles it itself, like ``sub``, which exits 0).
+the command handles it itself, like ``sub``, which exits 0). A broken plugin (one that does
+not load, or whose command does not build) costs one ``msgbroker: warning: ...`` line on
+stderr, not the other commands.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .errors import MsgbrokerError
 
-#: modules providing ``msgbroker PROTOCOL ...`` commands, in the order ``--help`` lists them
-PROTOCOL_COMMANDS = (
-    "msgbroker.plugins.ssmp.cli",
-    "msgbroker.plugins.stmp.cli",
-    "msgbroker.plugins.mm2.cli",
-    "msgbroker.plugins.sbus.cli",
-    "msgbroker.analytics.cli",
-)
+if TYPE_CHECKING:
+    from .commands import RegisteredCommand
+    from .hooks import Plugins
 
 PROG = "msgbroker"
 
@@ -42,7 +43,22 @@ class CommandError(MsgbrokerError):
         self.status = status
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _warn(plugin: str, message: str) -> None:
+    sys.stderr.write(f"{PROG}: warning: {message} (left out)\n")
+
+
+def load_plugins() -> Plugins:
+    """The installed plugins, as the command line uses them: a broken one is reported on
+    stderr in one line and left out."""
+    from .hooks import Plugins
+
+    return Plugins.load(on_error=_warn)
+
+
+def build_parser(plugins: Plugins | None = None) -> argparse.ArgumentParser:
+    """The parser of every command the plugins register (default: the installed ones),
+    in their order, then ``plugins``."""
+    plugins = plugins if plugins is not None else load_plugins()
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Command-line clients for msgbroker "
@@ -50,13 +66,57 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Example, from two terminals: `msgbroker ssmp sub news` and "
         "`msgbroker ssmp pub news hello`.",
     )
-    commands = parser.add_subparsers(dest="protocol", metavar="PROTOCOL", required=True)
-    for module_name in PROTOCOL_COMMANDS:
-        module = importlib.import_module(module_name)
-        sub = commands.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-        module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    registered = plugins.commands(on_error=_warn)
+    for entry in registered:
+        command = entry.command
+        sub = subparsers.add_parser(command.NAME, help=command.HELP, description=command.HELP)
+        try:
+            command.add_arguments(sub)
+        except Exception as e:
+            _warn(
+                entry.plugin, f"plugin {entry.plugin!r}: the command {entry.name!r} failed: {e!r}"
+            )
+            sub.set_defaults(run=_broken(entry.name))
+            continue
+        sub.set_defaults(run=command.run)
+    listing = subparsers.add_parser("plugins", help=_PLUGINS_HELP, description=_PLUGINS_HELP)
+    listing.set_defaults(run=lambda args: _list_plugins(plugins, registered))
     return parser
+
+
+_PLUGINS_HELP = "list the installed plugins: name, distribution, hooks, commands, sections"
+
+
+def _broken(name: str) -> object:
+    def run(args: argparse.Namespace) -> int:
+        raise CommandError(f"the command {name!r} is broken (see the warning above)")
+
+    return run
+
+
+def _list_plugins(plugins: Plugins, commands: Sequence[RegisteredCommand]) -> int:
+    """``msgbroker plugins``: each plugin in registration order, what it implements and adds."""
+    sections = plugins.config_sections_by_plugin()
+    by_plugin: dict[str, list[str]] = {}
+    for entry in commands:
+        by_plugin.setdefault(entry.plugin, []).append(entry.name)
+    out = sys.stdout
+    for info in plugins.info():
+        where = f"{info.distribution} {info.version}" if info.distribution else info.how
+        out.write(f"{info.name} ({where}): {info.module}\n")
+        details = (
+            ("hooks", info.hooks),
+            ("hookspecs", info.hookspecs),
+            ("commands", by_plugin.get(info.name, ())),
+            ("sections", [f"[{s.name}]" for s in sections.get(info.name, ())]),
+        )
+        for label, names in details:
+            if names:
+                out.write(f"  {label}: {', '.join(names)}\n")
+    for name, problem in plugins.problems().items():
+        out.write(f"{name} (broken): {problem}\n")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,19 +14,47 @@ Example::
     tls-ca = "/etc/msgbroker/clients-ca.pem"
     max-backlog = 1048576
     slow-consumer = "disconnect"
+
+    [journal]                        # a plugin's section (the journal's, plugins/journal)
+    directory = "/var/lib/msgbroker/journal"
+    payloads = true
+
+A plugin declares its section and options with ``msgbroker_register_config_sections``
+(:class:`ConfigSection`): its keys go in the ``[name]`` table, and each option is also a
+command-line option and a top-level key of its own (``--journal-payloads``,
+``journal-payloads = true``: the option's *flag*, by default ``NAME-KEY``). The broker
+turns a section's values into the plugin's frozen settings object
+(:meth:`BrokerConfig.section`). Tables no plugin declares are kept as they are
+(``config.sections["name"]``) for plugins that read them themselves.
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from attrs import evolve, field, frozen
 
 from .errors import ConfigError
+from .options import Option, as_list, convert
+from .sections import ConfigSection, check_sections
+
+__all__ = [
+    "OPTIONS",
+    "BrokerConfig",
+    "ConfigSection",
+    "Listener",
+    "Option",
+    "build_config",
+    "from_mapping",
+    "load_file",
+    "resolve_sections",
+]
 
 SLOW_CONSUMER_POLICIES = ("disconnect", "drop")
+
+_Settings = TypeVar("_Settings")
 LOG_LEVELS = ("debug", "info", "warn", "error")
 
 
@@ -98,20 +126,37 @@ class BrokerConfig:
     #: the accept backlog of every listener (the kernel caps it at net.core.somaxconn)
     listen_backlog: int = 1024
     log_level: str = "info"
-    #: the journal (plugins/journal): where it writes (None: no journal), whether it keeps
-    #: payload bytes, when it closes a segment (seconds, bytes), and how many records it
-    #: holds in memory before it drops (and counts) new ones
-    journal: str | None = None
-    journal_payloads: bool = False
-    journal_rotate_seconds: float = 10.0
-    journal_rotate_bytes: int = 64 << 20
-    journal_max_records: int = 1_000_000
-    #: keys this module does not know, kept for plugins (``[plugin-name]`` tables)
-    extra: Mapping[str, Any] = field(factory=dict)
+    #: the plugins' sections as given, section name -> key -> value: the TOML file's
+    #: ``[name]`` tables and the plugins' options from the command line (or top-level keys),
+    #: under their keys in the section. The broker turns each declared section into its
+    #: settings object (:meth:`section`); tables no plugin declares stay here as they are.
+    #: A value may also be the section's settings object itself (from Python).
+    sections: Mapping[str, Any] = field(factory=dict)
+    #: each declared section's settings object, made from ``sections`` by
+    #: :func:`resolve_sections` (the broker does it when it is built); read it with
+    #: :meth:`section`. Derived, so not compared.
+    plugin_settings: Mapping[str, Any] = field(factory=dict, eq=False, repr=False)
 
     @property
     def is_default(self) -> bool:
         return not self.listeners
+
+    @property
+    def extra(self) -> Mapping[str, Any]:
+        """The older name of :attr:`sections`."""
+        return self.sections
+
+    def section(self, name: str, kind: type[_Settings]) -> _Settings:
+        """The settings object of the plugin section ``[name]``, checked to be a ``kind``
+        (the settings class the plugin declared): what the TOML file and the command line
+        said, over the class's defaults. Raises :class:`ConfigError` when no plugin declares
+        the section (or the config was not resolved: the broker resolves its own)."""
+        settings = self.plugin_settings.get(name)
+        if settings is None:
+            raise ConfigError(f"no plugin declares the configuration section [{name}]")
+        if not isinstance(settings, kind):
+            raise TypeError(f"the [{name}] settings are a {type(settings).__name__}, not {kind}")
+        return settings
 
     def validate(self) -> BrokerConfig:
         if self.slow_consumer not in SLOW_CONSUMER_POLICIES:
@@ -150,16 +195,6 @@ class BrokerConfig:
                 raise ConfigError(f"{name} must be at least 1, not {size}")
         if self.max_backlog < 0:
             raise ConfigError(f"max-backlog must be >= 0 bytes, not {self.max_backlog}")
-        if not self.journal_rotate_seconds > 0:
-            raise ConfigError(
-                f"journal-rotate-seconds must be positive, not {self.journal_rotate_seconds}"
-            )
-        for name, size in (
-            ("journal-rotate-bytes", self.journal_rotate_bytes),
-            ("journal-max-records", self.journal_max_records),
-        ):
-            if size < 1:
-                raise ConfigError(f"{name} must be at least 1, not {size}")
         if any(listener.is_tls for listener in self.listeners) and not (
             self.tls_cert and self.tls_key
         ):
@@ -171,24 +206,6 @@ class BrokerConfig:
         if "secret" in self.auth and not self.secret_file:
             raise ConfigError("the secret scheme needs --secret-file")
         return self
-
-
-@frozen
-class Option:
-    """One setting: its option/TOML name, its kind, and its help line (tap.py builds the
-    ``twistd msgbroker`` options from :data:`OPTIONS`, so a setting is declared once)."""
-
-    name: str
-    #: ``list`` (repeatable), ``str``, ``float`` (seconds or a rate), ``size`` (bytes, K/M/G
-    #: suffixes), ``count`` (a whole number), ``bool`` (a flag)
-    kind: str
-    help: str
-    #: the BrokerConfig attribute (the name with underscores by default)
-    attribute: str = ""
-
-    @property
-    def field(self) -> str:
-        return self.attribute or self.name.replace("-", "_")
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -216,76 +233,71 @@ OPTIONS: tuple[Option, ...] = (
     Option("block-timeout", "float", "Seconds sbus block may pause a publisher [1]."),
     Option("listen-backlog", "count", "Pending connections each listener queues [1024]."),
     Option("log-level", "str", "debug, info, warn or error [info]."),
-    Option("journal", "str", "Write the journal of routed messages and sessions there."),
-    Option("journal-payloads", "bool", "Keep payload bytes in the journal."),
-    Option("journal-rotate-seconds", "float", "Close a journal segment after this long [10]."),
-    Option("journal-rotate-bytes", "size", "Close a journal segment at about this size [64M]."),
-    Option("journal-max-records", "count", "Records held before new ones are dropped [1000000]."),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}
 KNOWN_KEYS = frozenset(_BY_NAME)
 
 
-def _as_list(key: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ConfigError(f"{key} must be a string or a list of strings")
-
-
-def from_mapping(values: Mapping[str, Any], base: BrokerConfig | None = None) -> BrokerConfig:
-    """Apply ``values`` (option name -> value, dashes or underscores) over ``base``."""
+def from_mapping(
+    values: Mapping[str, Any],
+    base: BrokerConfig | None = None,
+    sections: Sequence[ConfigSection[Any]] = (),
+) -> BrokerConfig:
+    """Apply ``values`` (option name -> value, dashes or underscores; a table -> a section)
+    over ``base``. A plugin option's flag (of ``sections``) puts its value in its section;
+    a section's key given here replaces the same key from ``base``. One key given twice
+    here (a flag and its section's key) is an error."""
     changes: dict[str, Any] = {}
-    extra: dict[str, Any] = dict(base.extra) if base else {}
+    tables: dict[str, Any] = dict(base.sections) if base else {}
+    by_flag = {flag: (s, o) for s in sections for flag, o in s.flags().items()}
+    declared = {s.name: s for s in sections}
+    given: dict[tuple[str, str], str] = {}  # (section, key) -> how this layer spelled it
+
+    def put(section: str, key: str, value: Any, spelled: str) -> None:
+        if (section, key) in given:
+            raise ConfigError(f"{given[section, key]} and {spelled} are one option: give it once")
+        given[section, key] = spelled
+        table = tables.get(section)
+        # this layer's value replaces the key's, however the layer below spelled it
+        kept = table.items() if isinstance(table, Mapping) else ()
+        tables[section] = {**{k: v for k, v in kept if _key(k) != key}, key: value}
+
     for raw_key, value in values.items():
-        if isinstance(value, dict):
-            extra[raw_key] = value  # a plugin's table
+        if isinstance(value, Mapping):  # a section's table
+            if raw_key in declared:
+                for key, item in value.items():
+                    put(raw_key, _key(key), item, f"[{raw_key}] {key}")
+            else:
+                tables[raw_key] = value  # nobody declares it: kept as it is
             continue
-        option = _BY_NAME.get(raw_key.replace("_", "-"))
-        if option is None:
+        name = _key(raw_key)
+        option = _BY_NAME.get(name)
+        if option is not None:
+            changes[option.field] = _convert_broker_option(option, value)
+        elif name in by_flag:
+            section, plugin_option = by_flag[name]
+            put(section.name, plugin_option.name, value, raw_key)
+        else:
             raise ConfigError(f"unknown configuration key {raw_key!r}")
-        changes[option.field] = _convert(option, value)
-    return evolve(base or BrokerConfig(), extra=extra, **changes)
+    return evolve(base or BrokerConfig(), sections=tables, **changes)
 
 
-def _convert(option: Option, value: Any) -> Any:
-    key, kind = option.name, option.kind
-    if kind == "list":
-        items = _as_list(key, value)
-        return tuple(Listener.parse(v) for v in items) if key == "listen" else items
-    if kind == "str":
-        if not isinstance(value, str):
-            raise ConfigError(f"{key} must be a string, not {value!r}")
-        return value
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key} must be true or false, not {value!r}")
-        return value
-    what = {"float": "a number", "count": "a whole number"}.get(kind, "a number of bytes")
-    if isinstance(value, bool):
-        raise ConfigError(f"{key} must be {what}, not {value!r}")
-    try:
-        if kind == "float":
-            return float(value)
-        if kind == "count":
-            return int(value)
-        return _parse_size(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be {what}, not {value!r}") from None
+def _key(key: Any) -> str:
+    return str(key).replace("_", "-")
 
 
-def _parse_size(value: Any) -> int:
-    """Bytes, as an int or a string with an optional K/M/G suffix (powers of 1024)."""
-    if isinstance(value, bool):
-        raise TypeError(value)
-    if isinstance(value, int):
-        return value
-    text = str(value).strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    if scale != 1:
-        text = text[:-1]
-    return int(text) * scale
+def resolve_sections(config: BrokerConfig, sections: Iterable[ConfigSection[Any]]) -> BrokerConfig:
+    """``config`` with every declared section's settings object (``config.section(...)``),
+    made from ``config.sections``; an unknown key or a bad value of a declared section is a
+    :class:`ConfigError` naming it."""
+    settings = {s.name: s.resolve(config.sections.get(s.name, {})) for s in sections}
+    return evolve(config, plugin_settings=settings)
+
+
+def _convert_broker_option(option: Option, value: Any) -> Any:
+    if option.kind == "list" and option.name == "listen":
+        return tuple(Listener.parse(v) for v in as_list(option.name, value))
+    return convert(option.name, option.kind, value)
 
 
 def load_file(path: str) -> dict[str, Any]:
@@ -298,7 +310,36 @@ def load_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
 
 
-def build_config(config_file: str | None, overrides: Mapping[str, Any]) -> BrokerConfig:
-    """The file's values, then the command line's, validated."""
-    base = from_mapping(load_file(config_file)) if config_file else BrokerConfig()
-    return from_mapping(overrides, base).validate()
+#: the plugin sections there are when the plugins ``plugins`` (module names) are loaded and
+#: ``blocked`` are not (:func:`msgbroker.pluginmanager.declared_sections`)
+SectionsOf = Callable[[Sequence[str], Sequence[str]], Sequence[ConfigSection[Any]]]
+
+
+def _no_sections(plugins: Sequence[str], blocked: Sequence[str]) -> Sequence[ConfigSection[Any]]:
+    return ()
+
+
+def build_config(
+    config_file: str | None, overrides: Mapping[str, Any], sections_of: SectionsOf = _no_sections
+) -> BrokerConfig:
+    """The file's values, then the command line's, validated, with the plugin sections
+    resolved. Which sections there are depends on which plugins run, which the same file
+    and command line say (``plugin``, ``no-plugin``): ``sections_of`` is asked for them."""
+    file_values = load_file(config_file) if config_file else {}
+    plugins = _last_given("plugin", file_values, overrides)
+    blocked = _last_given("no-plugin", file_values, overrides)
+    sections = check_sections(sections_of(plugins, blocked), KNOWN_KEYS)
+    base = from_mapping(file_values, sections=sections)
+    config = from_mapping(overrides, base, sections=sections).validate()
+    return resolve_sections(config, sections)
+
+
+def _last_given(name: str, *layers: Mapping[str, Any]) -> tuple[str, ...]:
+    """A list option's value: the last layer that gives it wins, as :func:`from_mapping`
+    applies them."""
+    found: tuple[str, ...] = ()
+    for layer in layers:
+        for key, value in layer.items():
+            if _key(key) == name:
+                found = as_list(name, value)
+    return found

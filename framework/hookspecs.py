@@ -1,9 +1,14 @@
-"""Every hook msgbroker calls, documented.
+"""Every hook the framework calls, documented.
 
 Implement a hook by defining a function of the same name in a plugin module (or a method on
 a plugin object) decorated with :data:`msgbroker.hookimpl`; it may accept any subset of the
 documented arguments, by name. Register the plugin through the ``msgbroker`` entry-point
 group, ``--plugin MODULE``, or as methods of a :class:`msgbroker.Broker` subclass.
+
+Plugins add hooks of their own through :func:`msgbroker_add_hookspecs` (STMP's
+``msgbroker_register_stmp_routes`` is in ``plugins/stmp/hookspecs.py``, Micromessage2's
+``msgbroker_register_mm2_extensions`` in ``plugins/mm2/hookspecs.py``). Framework code calls
+hooks through :class:`msgbroker.hooks.Plugins`, never through the plugin manager directly.
 
 *firstresult* hooks stop at the first implementation that returns something other than
 ``None``; returning ``None`` abstains and lets the next implementation (or the default)
@@ -18,16 +23,59 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pluggy
+from .markers import hookspec
 
 if TYPE_CHECKING:
     from .auth import AuthResult, AuthScheme, LoginRequest
     from .broker import Broker, ProtocolSpec
+    from .commands import RegisterCommand
     from .config import BrokerConfig
     from .message import Message, MessageRun, RouteResult
+    from .sections import ConfigSection
     from .session import Session
 
-hookspec = pluggy.HookspecMarker("msgbroker")
+
+@hookspec(historic=True)
+def msgbroker_add_hookspecs(add: Callable[[object], None]) -> None:
+    """Add hookspecs of your own, for other plugins to implement. *historic*.
+
+    Call ``add(namespace)`` with a module or class holding functions decorated with
+    :data:`msgbroker.hookspec`, named so that they say whose they are
+    (``msgbroker_register_stmp_routes``). Called as the plugin is registered (historic: a
+    plugin registered later is called too), so implementations of the new hooks are
+    accepted whether their plugin was registered before or after this one; an
+    implementation of a hook no loaded plugin declares is refused unless marked
+    ``@hookimpl(optionalhook=True)``. Call them through ``plugins.caller(name)``
+    (:class:`msgbroker.hooks.Plugins`), in a typed function of your package. A hook name
+    that already has a spec is a configuration error.
+    """
+
+
+@hookspec
+def msgbroker_register_config_sections(register: Callable[[ConfigSection[object]], None]) -> None:
+    """Declare configuration sections.
+
+    Call ``register(ConfigSection(name, settings, options))``: the TOML file's ``[name]``
+    table holds the options' keys, and each option is also a ``twistd msgbroker``
+    command-line option and a top-level key (its flag, ``NAME-KEY`` by default). The broker
+    makes ``settings(**values)`` from what was given (an unknown key is a configuration error
+    naming the section and key); read it with ``config.section(name, SettingsClass)``. Two
+    sections with one name, or two options with one flag, are a configuration error.
+    Called while the configuration is read and again while the ``Broker`` is built.
+    """
+
+
+@hookspec
+def msgbroker_register_commands(register: RegisterCommand) -> None:
+    """Add ``msgbroker`` sub-commands.
+
+    Call ``register(command, order=100)`` with a module (or object) that has ``NAME``,
+    ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``
+    (:class:`msgbroker.commands.Command`). ``msgbroker --help`` lists commands by ``order``
+    (the built-ins use 10 to 90), then by name. Import the command's module inside the hook,
+    so a broker that loads the plugin does not. Two commands with one name are an error
+    (the later one is left out, with one line on stderr).
+    """
 
 
 @hookspec
@@ -51,34 +99,6 @@ def msgbroker_register_auth_schemes(
     ``authenticate(request) -> Accept | Deny`` method (:class:`msgbroker.auth.AuthScheme`).
     ``config`` is the broker configuration (e.g. ``secret_file``). A scheme is offered to
     clients only when ``--auth NAME`` enables it.
-    """
-
-
-@hookspec
-def msgbroker_register_stmp_routes(router: Any) -> None:
-    """Route STMP actions to handlers.
-
-    Call ``router.add(prefix, handler, timeout=30.0)`` with an action (``"10.1.2.3"``) or a
-    dotted prefix (``"10.1.0.0/16"``); the longest matching prefix wins. ``handler``
-    receives a :class:`msgbroker.plugins.stmp.router.RouteRequest` (session, broker,
-    action, encoding, decoded payload) and returns the reply payload, a ``Reply``, a
-    Deferred or a coroutine; raising ``STMPStatusError`` answers with its status, any other
-    exception with ``0x30``; no answer within ``timeout`` seconds with ``0x34``. Actions in
-    ``0.0.0.0/24`` belong to the protocol; the broker's own actions use ``0.0.1.0/24``.
-    """
-
-
-@hookspec
-def msgbroker_register_mm2_extensions(register: Callable[[Any], None]) -> None:
-    """Add Micromessage2 extensions.
-
-    Call ``register(spec)`` with a :class:`msgbroker.plugins.mm2.extensions.ExtensionSpec`:
-    the extension's name (``[a-z0-9-]+``; vendor extensions start with ``x-``), a factory
-    that makes its per-connection handler from an ``ExtensionContext``, whether the server
-    offers or requires it in the handshake, and the COMMAND names it handles. The handler
-    sees its EXTENSION frames, its commands, and (when it overrides those methods) every
-    MESSAGE the client sends and every one it is sent. Two extensions with one name, or
-    two claiming one command, are a configuration error.
     """
 
 
@@ -160,8 +180,9 @@ FIRSTRESULT_HOOKS = ("msgbroker_authenticate", "msgbroker_authorize")
 
 
 def hook_names() -> list[str]:
-    """All hook names, in definition order (used by the documentation test)."""
-    return [name for name, value in globals().items() if name.startswith("msgbroker_")]
+    """The framework's hook names, in definition order (plugins add more: see
+    :meth:`msgbroker.hooks.Plugins.hookspecs`)."""
+    return [name for name in globals() if name.startswith("msgbroker_")]
 
 
 def _unused(*_: Any) -> None:  # keeps the TYPE_CHECKING imports referenced for linters

@@ -1,10 +1,12 @@
-"""The journal plugin: ``--journal DIR`` records what the broker routes, and its sessions.
+"""The journal plugin: ``--journal DIR`` (``[journal] directory``) records what the broker
+routes, and its sessions. Its options are the ``[journal]`` section (:mod:`.settings`).
 
-Hot-path rule: this module implements only ``msgbroker_broker_started`` and
-``msgbroker_broker_stopped``, so a broker without ``--journal`` binds no observer and pays
-nothing per message. With a journal configured, the started hook registers a
-:class:`Journal` (the observation hooks, as methods) and re-binds the broker's hooks; the
-stopped hook unregisters it, re-binds, and closes the writer (writing what is pending).
+Hot-path rule: this module implements only ``msgbroker_register_config_sections``,
+``msgbroker_broker_started`` and ``msgbroker_broker_stopped``, so a broker without a journal
+binds no observer and pays nothing per message. With a journal configured, the started hook
+registers a :class:`Journal` (the observation hooks, as methods) with ``broker.add_plugin``,
+which re-binds the broker's hooks; the stopped hook removes it (``broker.remove_plugin``,
+re-binding again) and closes the writer (writing what is pending).
 No session can open before the started hook runs: listeners accept connections only once
 the reactor turns, after the service has started.
 """
@@ -22,9 +24,14 @@ from msgbroker.auth import Accept
 from msgbroker.errors import ConfigError
 
 from . import schema
+from .settings import SECTION, journal_settings
 from .writer import JournalWriter
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from msgbroker import ConfigSection
     from msgbroker.auth import AuthResult, LoginRequest
     from msgbroker.broker import Broker
     from msgbroker.message import Message, MessageRun, RouteResult
@@ -32,7 +39,7 @@ if TYPE_CHECKING:
 
 log = Logger(namespace="msgbroker.journal")
 
-#: the name the active journal is registered under in the broker's plugin manager; also
+#: the name the active journal is registered under among the broker's plugins; also
 #: the ``session.data`` key holding a session's id
 ACTIVE = "journal.active"
 SESSION_KEY = "journal"
@@ -128,14 +135,14 @@ class Journal:
             session.identity,
             session.host,
             None,
-            reason,
+            session.close_text or str(reason),  # the reason, then what it was about
         )
 
 
 def active_journal(broker: Broker) -> Journal | None:
-    """The broker's running journal, or ``None`` (no ``--journal``, or not started)."""
-    journal: Journal | None = broker.pm.get_plugin(ACTIVE)
-    return journal
+    """The broker's running journal, or ``None`` (no journal configured, or not started)."""
+    journal = broker.plugins.get(ACTIVE)
+    return journal if isinstance(journal, Journal) else None
 
 
 def _warn(text: str) -> None:
@@ -143,28 +150,33 @@ def _warn(text: str) -> None:
 
 
 @hookimpl
+def msgbroker_register_config_sections(register: Callable[[ConfigSection[Any]], None]) -> None:
+    register(SECTION)
+
+
+@hookimpl
 def msgbroker_broker_started(broker: Broker) -> None:
-    config = broker.config
-    if not config.journal or active_journal(broker) is not None:
+    settings = journal_settings(broker.config)
+    if not settings.directory or active_journal(broker) is not None:
         return
     try:
         writer = JournalWriter(
-            config.journal,
-            rotate_seconds=config.journal_rotate_seconds,
-            rotate_bytes=config.journal_rotate_bytes,
-            max_records=config.journal_max_records,
-            keep_payloads=config.journal_payloads,
+            settings.directory,
+            rotate_seconds=settings.rotate_seconds,
+            rotate_bytes=settings.rotate_bytes,
+            max_records=settings.max_records,
+            keep_payloads=settings.payloads,
             warn=_warn,
         )
     except OSError as e:
-        raise ConfigError(f"cannot write the journal in {config.journal}: {e}") from None
+        raise ConfigError(f"cannot write the journal in {settings.directory}: {e}") from None
     for path in writer.removed:
         log.info("journal: removed {path}, left by an interrupted write", path=str(path))
     broker.add_plugin(Journal(writer), name=ACTIVE)  # the hub gets its observers now
     log.info(
         "journal writing to {directory}{payloads}",
-        directory=config.journal,
-        payloads=" (with payloads)" if config.journal_payloads else "",
+        directory=settings.directory,
+        payloads=" (with payloads)" if settings.payloads else "",
     )
 
 

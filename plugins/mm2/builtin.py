@@ -128,7 +128,8 @@ BUILTIN: tuple[ExtensionSpec, ...] = (
 )
 
 
-@hookimpl
+# optional: this plugin loads (and does nothing) where the mm2 plugin is blocked
+@hookimpl(optionalhook=True)
 def msgbroker_register_mm2_extensions(register: Callable[[ExtensionSpec], None]) -> None:
     for spec in BUILTIN:
         register(spec)

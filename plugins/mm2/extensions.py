@@ -30,6 +30,7 @@ from .handshake import Extension
 from .properties import Command
 
 if TYPE_CHECKING:
+    from msgbroker import Broker, Session
     from msgbroker.message import Message
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -97,12 +98,14 @@ class ExtensionContext:
         self.ext_id = ext_id
 
     @property
-    def session(self) -> Any:
-        return self.connection.session
+    def session(self) -> Session:
+        session: Session = self.connection.session
+        return session
 
     @property
-    def broker(self) -> Any:
-        return self.connection.broker
+    def broker(self) -> Broker:
+        broker: Broker = self.connection.broker
+        return broker
 
     def send_extension_frame(self, payload: bytes) -> None:
         self.connection.send_extension_frame(self.ext_id, payload)

@@ -8,6 +8,7 @@ import errno
 import os
 import socket
 import struct
+import tempfile
 
 from attrs import frozen
 
@@ -29,6 +30,14 @@ def peer_credentials(sock: socket.socket) -> Credentials:
 
 
 # -- addresses -----------------------------------------------------------------------------
+
+
+def default_path() -> str:
+    """Where the embedded default listens (its directory is made, mode 0700, on bind)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return os.path.join(runtime, "msgbroker", "sbus.socket")
+    return os.path.join(tempfile.gettempdir(), f"msgbroker-{os.getuid()}", "sbus.socket")
 
 
 #: ``sizeof(sockaddr_un.sun_path)`` on Linux

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from msgbroker.errors import RemoteProtocolError
 
 from . import codec, flood
+from .addresses import default_path
 from .codec import ControlMessage, Publish
 from .seqpacket import SeqpacketAddress, parse_address
 
@@ -47,8 +48,6 @@ def default_address() -> str:
     from_env = os.environ.get(ADDRESS_ENV)
     if from_env:
         return from_env
-    from .plugin import default_path  # imported late: it pulls in the broker
-
     return default_path()
 
 

@@ -4,33 +4,26 @@
 ``/dev/fd/N``, ``/dev/unix/abstract[/HEX]``), with options ``mode=0700`` (the socket
 file's permissions) and ``max-packet=N`` (the largest packet a client may send). The
 embedded default listens at ``$XDG_RUNTIME_DIR/msgbroker/sbus.socket``, or under the
-temporary directory when there is no runtime directory.
+temporary directory when there is no runtime directory. ``msgbroker sbus`` is its client.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
 
+from .addresses import default_path
 from .protocol import SbusFactory
 from .seqpacket import SeqpacketServerEndpoint, parse_endpoint
 
 if TYPE_CHECKING:
     from msgbroker.broker import Broker
+    from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
-
-
-def default_path() -> str:
-    """Where the embedded default listens (its directory is made, mode 0700, on bind)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return os.path.join(runtime, "msgbroker", "sbus.socket")
-    return os.path.join(tempfile.gettempdir(), f"msgbroker-{os.getuid()}", "sbus.socket")
 
 
 def build_endpoint(reactor: Any, text: str) -> SeqpacketServerEndpoint:
@@ -56,3 +49,10 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
             build_endpoint=build_endpoint,
         )
     )
+
+
+@hookimpl
+def msgbroker_register_commands(register: RegisterCommand) -> None:
+    from . import cli
+
+    register(cli, order=40)

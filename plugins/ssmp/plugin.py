@@ -1,4 +1,5 @@
-"""The SSMP plugin: registers the ``ssmp`` protocol (default: tcp 4444 on loopback)."""
+"""The SSMP plugin: registers the ``ssmp`` protocol (default: tcp 4444 on loopback) and
+``msgbroker ssmp``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .protocol import SSMPServerSession
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from msgbroker.commands import RegisterCommand
 
 DEFAULT_ENDPOINT = "tcp:4444:interface=127.0.0.1"
 
@@ -26,3 +28,10 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
             description="Stupid-Simple Messaging Protocol 1.1",
         )
     )
+
+
+@hookimpl
+def msgbroker_register_commands(register: RegisterCommand) -> None:
+    from . import cli
+
+    register(cli, order=10)

@@ -26,7 +26,7 @@ off.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from twisted.internet import task
 
@@ -44,6 +44,9 @@ from .codec import Status
 from .payloads import data_from
 from .router import Reply, Router, RouteRequest, STMPStatusError
 
+if TYPE_CHECKING:
+    from msgbroker.session import Session
+
 ACTIONS = {
     "login": "0.0.1.1",
     "subscribe": "0.0.1.2",
@@ -52,6 +55,13 @@ ACTIONS = {
     "unicast": "0.0.1.5",
     "broadcast": "0.0.1.6",
 }
+
+
+def _sender(session: Session) -> str:
+    """The identity messages go out under; routes run only once the session logged in."""
+    if session.identity is None:  # not reached: the protocol answers requests before login
+        raise STMPStatusError(Status.UNAUTHORIZED)
+    return session.identity
 
 
 def _fields(request: RouteRequest, *required: str) -> dict[str, Any]:
@@ -153,7 +163,7 @@ def publish(request: RouteRequest) -> Any:
     topic = fields["topic"]
     _authorize(request, "publish", topic)
     session = request.session
-    message = Message(Kind.MCAST, session.identity, "stmp", topic, _data(request, fields))
+    message = Message(Kind.MCAST, _sender(session), "stmp", topic, _data(request, fields))
     request.broker.hub.multicast(session, message)
     return None
 
@@ -163,7 +173,7 @@ def unicast(request: RouteRequest) -> Any:
     target = fields["to"]
     _authorize(request, "unicast", target)
     session = request.session
-    message = Message(Kind.UCAST, session.identity, "stmp", target, _data(request, fields))
+    message = Message(Kind.UCAST, _sender(session), "stmp", target, _data(request, fields))
     try:
         request.broker.hub.unicast(message)
     except NoSuchIdentity:
@@ -175,7 +185,7 @@ def broadcast(request: RouteRequest) -> Any:
     fields = _fields(request)
     _authorize(request, "broadcast", None)
     session = request.session
-    message = Message(Kind.BCAST, session.identity, "stmp", None, _data(request, fields))
+    message = Message(Kind.BCAST, _sender(session), "stmp", None, _data(request, fields))
     try:
         request.broker.hub.broadcast(session, message)
     except NotAllowed:

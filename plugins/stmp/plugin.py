@@ -1,41 +1,44 @@
 """The STMP plugin: the ``stmp`` (TCP, binary) and ``stmp-ws`` (WebSocket, text) protocols,
-the router every plugin adds routes to, and the built-in broker actions."""
+the router every plugin adds routes to (its hook, ``msgbroker_register_stmp_routes``, is in
+:mod:`.hookspecs`), the built-in broker actions, and ``msgbroker stmp``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
 from msgbroker.errors import ConfigError
 from msgbroker.legacy import BrokerFactory
 
-from . import actions
+from . import actions, hookspecs
 from .codec import DEFAULT_MAX_PAYLOAD
 from .router import Router
 from .tcp import STMPServerProtocol
 
 if TYPE_CHECKING:
     from msgbroker.broker import Broker
+    from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
 
 DEFAULT_ENDPOINT = "tcp:4445:interface=127.0.0.1"
 DEFAULT_WS_ENDPOINT = "tcp:4446:interface=127.0.0.1"
-_routers: WeakKeyDictionary[Any, Router] = WeakKeyDictionary()
+#: where the broker keeps its router (``broker.plugins.state``)
+ROUTER_STATE = "stmp.router"
 
 
 def router_for(broker: Broker) -> Router:
     """The broker's STMP router, built once from ``msgbroker_register_stmp_routes``."""
-    router = _routers.get(broker)
-    if router is None:
-        router = Router()
-        try:
-            broker.pm.hook.msgbroker_register_stmp_routes(router=router)
-        except ValueError as e:
-            raise ConfigError(f"bad STMP route: {e}") from None
-        _routers[broker] = router
+    return broker.plugins.state(ROUTER_STATE, lambda: _build_router(broker))
+
+
+def _build_router(broker: Broker) -> Router:
+    router = Router()
+    try:
+        hookspecs.register_stmp_routes(broker.plugins, router)
+    except ValueError as e:
+        raise ConfigError(f"bad STMP route: {e}") from None
     return router
 
 
@@ -65,5 +68,17 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
 
 
 @hookimpl
+def msgbroker_add_hookspecs(add: Callable[[object], None]) -> None:
+    add(hookspecs)
+
+
+@hookimpl
 def msgbroker_register_stmp_routes(router: Router) -> None:
     actions.register(router)
+
+
+@hookimpl
+def msgbroker_register_commands(register: RegisterCommand) -> None:
+    from . import cli
+
+    register(cli, order=20)

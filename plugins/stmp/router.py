@@ -19,11 +19,14 @@ cover them: they are answered by the protocol before routing).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import define, field, frozen
 
 from .codec import Status, action_to_str, parse_prefix
+
+if TYPE_CHECKING:
+    from msgbroker import Broker, Session
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -38,8 +41,8 @@ class RouteRequest:
     ``notify`` is true for a notify message (its return value is discarded).
     """
 
-    session: Any
-    broker: Any
+    session: Session
+    broker: Broker
     action: int
     encoding: int
     payload: Any

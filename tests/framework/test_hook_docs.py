@@ -2,6 +2,8 @@
 
 A hook that a plugin author cannot read about, or that no test exercises, is a hook whose
 behaviour can drift unnoticed; this test makes adding one without both fail the suite.
+"Every hook" is every hook a broker with the built-in plugins knows: the framework's
+(framework/hookspecs.py) and those the built-ins add (plugins/stmp/hookspecs.py, ...).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from msgbroker import hookspecs
+from msgbroker.hooks import Plugins
 
 ROOT = Path(__file__).parents[2]
 HOOKS_MD = ROOT / "docs" / "hooks.md"
 TESTS = ROOT / "tests"
-HOOKS = hookspecs.hook_names()
+SPECS = Plugins.load().hookspecs()
+HOOKS = sorted(SPECS)
 
 # a hook's section heading is exactly "## `msgbroker_name`"
 HEADING = re.compile(r"^## `(msgbroker_\w+)`\s*$", re.MULTILINE)
@@ -41,12 +45,32 @@ def _test_sources() -> dict[Path, str]:
 def test_there_are_hooks():
     # guards the parametrized tests below against silently running on an empty list
     assert "msgbroker_authorize" in HOOKS
+    assert set(hookspecs.hook_names()) <= set(HOOKS)
+
+
+def test_plugin_hooks_are_their_plugins_own():
+    assert SPECS["msgbroker_register_stmp_routes"].owner == "stmp"
+    assert SPECS["msgbroker_register_mm2_extensions"].owner == "mm2"
+    assert not hasattr(hookspecs, "msgbroker_register_stmp_routes")
+    assert {SPECS[name].owner for name in hookspecs.hook_names()} == {None}
 
 
 @pytest.mark.parametrize("name", HOOKS)
 def test_hookspec_has_a_docstring(name):
-    doc = getattr(hookspecs, name).__doc__
-    assert (doc or "").strip(), f"{name} in framework/hookspecs.py has no docstring"
+    doc = SPECS[name].function.__doc__
+    where = SPECS[name].function.__module__
+    assert (doc or "").strip(), f"{name} in {where} has no docstring"
+
+
+@pytest.mark.parametrize("name", HOOKS)
+def test_hookspec_is_typed_without_any(name):
+    """Every argument and the result are annotated with the real types (no ``Any``)."""
+    function = SPECS[name].function
+    annotations = function.__annotations__
+    parameters = function.__code__.co_varnames[: function.__code__.co_argcount]
+    assert set(parameters) | {"return"} == set(annotations), f"{name} lacks annotations"
+    loose = {k: v for k, v in annotations.items() if re.search(r"\bAny\b", str(v))}
+    assert not loose, f"{name} is typed Any: {loose}"
 
 
 @pytest.mark.parametrize("name", HOOKS)

@@ -262,5 +262,5 @@ def test_the_built_ins_are_the_entry_points_pyproject_declares():
     declared = pyproject["project"]["entry-points"]["msgbroker"]
     broker = make_broker()
     for name, module in declared.items():
-        plugin = broker.pm.get_plugin(name)
+        plugin = broker.plugins.get(name)
         assert plugin is not None and plugin.__name__ == module, name

@@ -54,6 +54,11 @@ def login(broker, name: str) -> Raw:
     return client
 
 
+def journal_at(directory, **settings) -> dict:
+    """The ``sections`` of a config whose journal writes in ``directory``."""
+    return {"journal": {"directory": str(directory), **settings}}
+
+
 def read(directory, table: str) -> list[dict]:
     return ds.dataset(directory / table, partitioning="hive").to_table().to_pylist()
 
@@ -68,7 +73,7 @@ def test_without_journal_the_hub_has_no_observer():
 
 
 def test_with_journal_the_hub_observes_until_the_broker_stops(tmp_path):
-    with running_broker(LISTEN, auth=("open",), journal=str(tmp_path)) as broker:
+    with running_broker(LISTEN, auth=("open",), sections=journal_at(tmp_path)) as broker:
         core = broker.service.broker
         assert core.hub.observer is not None
         assert core.hub.run_observer is not None
@@ -88,8 +93,7 @@ def test_journal_records_messages_runs_and_sessions(tmp_path):
         LISTEN,
         auth=("open", "secret"),
         secret_file=str(secret),
-        journal=str(journal_dir),
-        journal_rotate_seconds=3600.0,
+        sections=journal_at(journal_dir, rotate_seconds=3600.0),
     ) as broker:
         runs = []
         journal = broker.call(plugin.active_journal, broker.service.broker)
@@ -167,7 +171,7 @@ def test_journal_records_messages_runs_and_sessions(tmp_path):
             [
                 ("open", None, None, None, host),
                 ("login", "p", "open", None, host),
-                ("close", "p", None, "CLOSE", host),
+                ("close", "p", None, "close requested", host),
             ],
             [
                 ("open", None, None, None, host),
@@ -181,7 +185,7 @@ def test_journal_records_messages_runs_and_sessions(tmp_path):
 
 def test_payloads_are_journaled_when_asked(tmp_path):
     with running_broker(
-        LISTEN, auth=("open",), journal=str(tmp_path), journal_payloads=True
+        LISTEN, auth=("open",), sections=journal_at(tmp_path, payloads=True)
     ) as broker:
         pub = login(broker, "p")
         pub.request(b"MCAST t hello\n")
@@ -195,7 +199,7 @@ def test_payloads_are_journaled_when_asked(tmp_path):
 def test_an_unwritable_journal_directory_is_a_config_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    broker = Broker(BrokerConfig(journal=str(blocker / "journal")), reactor=Clock())
+    broker = Broker(BrokerConfig(sections=journal_at(blocker / "journal")), reactor=Clock())
     with pytest.raises(ConfigError, match=r"cannot write the journal in .*/file/journal"):
         broker.started()
     assert broker.hub.observer is None

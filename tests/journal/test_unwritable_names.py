@@ -213,8 +213,7 @@ def test_a_failed_stmp_login_and_an_sbus_key_that_are_not_utf8_lose_nothing(tmp_
         ("stmp=tcp:0:interface=127.0.0.1", f"sbus=unix:{bus}"),
         auth=("open", "secret"),
         secret_file=str(secret),
-        journal=str(journal_dir),
-        journal_rotate_seconds=3600.0,
+        sections={"journal": {"directory": str(journal_dir), "rotate_seconds": 3600.0}},
     ) as broker:
         with BlockingSTMPClient("127.0.0.1", broker.port) as intruder:
             login = b'{"id":"x\\udcff","scheme":"secret","credential":"guess"}'
