@@ -17,6 +17,7 @@ from typing import Any
 from attrs import evolve
 from twisted.python import usage
 
+from .broker import Broker
 from .config import OPTIONS, Option, build_config
 from .errors import ConfigError
 from .sections import ConfigSection
@@ -137,13 +138,17 @@ def twistd_options() -> type[BrokerOptions]:
     return options_class(sections, twistd=True)
 
 
-def makeService(options: BrokerOptions, reactor: Any = None) -> BrokerService:
+def makeService(
+    options: BrokerOptions, reactor: Any = None, broker_class: type[Broker] = Broker
+) -> BrokerService:
+    """The broker service for ``options``. A custom server (a :class:`Broker` subclass)
+    passes its class from its own twistd plugin's ``makeService`` (examples/custom-server)."""
     if options.twistd:  # filter what it is about to log
         from .logs import filter_twistd_logging
 
         filter_twistd_logging(options.config.log_level)
     try:
-        broker_service = BrokerService(options.config, reactor)
+        broker_service = BrokerService(options.config, reactor, broker_class)
         broker_service.exit_on_error = options.twistd
         return broker_service
     except ConfigError as e:

@@ -1,0 +1,1 @@
+"""auditbroker: a custom msgbroker server, built by subclassing :class:`msgbroker.Broker`."""
