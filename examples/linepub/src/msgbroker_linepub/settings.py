@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attrs import frozen
+
 from msgbroker import BrokerConfig, ConfigError, ConfigSection, Option
 
 
@@ -53,8 +54,8 @@ def read_tokens(path: str) -> dict[str, bytes]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read linepub token file {path}: {e.strerror}") from None
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
         if not line or line.startswith("#"):
             continue
         identity, sep, token = line.partition(":")
