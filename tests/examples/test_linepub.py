@@ -54,7 +54,7 @@ def running(python, directory, *options, name="msgbroker", protocols=PROTOCOLS):
         for _ in protocols:
             match = log.wait_for(r"(\w+) listening on (tcp:\S+)")
             ports[match.group(1)] = parse_address(match.group(2))[1]
-        yield ports, log
+        yield ports, log, process
     finally:
         stop_process(process, signal.SIGTERM)
 
@@ -85,7 +85,7 @@ def broker(example_venv, tmp_path):
     config.write_text(f'auth = ["token", "open"]\n\n[linepub]\ntoken-file = "{tokens}"\n')
     with running(
         example_venv, tmp_path, "--config", str(config), "--linepub-motd", "hello {identity}"
-    ) as (ports, log):
+    ) as (ports, _, _):
         yield ports
 
 
