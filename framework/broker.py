@@ -166,6 +166,9 @@ class Broker:
         self._login = hooks.session_login
         # may run again (a plugin registered at start); start from "nobody observes"
         self.hub.observer = None
+        # what protocols remembered of the routes (msgbroker.routecache) may now miss an
+        # observer or an authorize hook
+        self.hub.generation += 1
         self.hub.run_observer = None
         routed = hooks.message_routed
         if routed is not None:

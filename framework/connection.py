@@ -18,7 +18,7 @@ seqpacket sockets provide their own.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from twisted.internet.protocol import Factory
@@ -186,7 +186,8 @@ class ServerSession:
     ``self.hub`` and the broker's decisions (``self.broker.login``, ``authorize``), asks for
     timers through ``self.timers`` and ends with ``self.close(reason, detail)``. The login
     timeout runs from the start; :meth:`logged_in` stops it and starts the keepalive, which
-    calls :meth:`send_keepalive` when the peer is idle.
+    calls :meth:`send_keepalive` when the peer is idle. What only the transport knows comes
+    as keyword arguments of the constructor (:class:`Connection`'s ``options``).
     """
 
     name: ClassVar[str]
@@ -293,7 +294,12 @@ class TransportLink(Protocol):
 
 
 class Connection:
-    """One connection, any protocol, any transport (see the module docstring)."""
+    """One connection, any protocol, any transport (see the module docstring).
+
+    ``options`` are keyword arguments for the server session's constructor: what only the
+    transport knows and the session needs (sbus: the peer's SO_PEERCRED credentials, the
+    listener's largest packet).
+    """
 
     __slots__ = ("_wakeup", "broker", "clock", "server", "session", "timers", "transport_link")
 
@@ -304,6 +310,7 @@ class Connection:
         transport_link: TransportLink,
         transport: Any,
         host: str = "",
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self.broker = broker
         self.clock = broker.reactor
@@ -317,12 +324,22 @@ class Connection:
             host=host,
             make_output=lambda s: session_class.make_output(broker, s, transport),
         )
-        self.server = session_class(broker, self.session, self.timers, self)
+        self.server = session_class(broker, self.session, self.timers, self, **(options or {}))
         self.server.opened()
 
     def data_received(self, data: bytes) -> None:
         self.server.data_received(data)
         self.broker.batcher.flush()  # what this input caused: one write per recipient
+
+    def packets_received(self, packets: Iterable[bytes]) -> None:
+        """Inputs that come whole, several per read (a packet transport's slice): each to
+        the session's ``data_received`` in turn, then one flush for them all. ``packets``
+        may be read lazily, so that a transport stops reading at the very packet after
+        which the session held its input or closed."""
+        data_received = self.server.data_received
+        for data in packets:
+            data_received(data)
+        self.broker.batcher.flush()
 
     def lost(self) -> None:
         """The transport is gone, whatever the reason."""

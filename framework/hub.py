@@ -81,8 +81,9 @@ class Hub:
         #: the peer whose message is being routed now (multicasts), for recipients whose
         #: flood control pauses the publishers that feed them
         self.source: Peer | None = None
-        #: bumped by every change of who receives what (subscriptions, patterns, closes):
-        #: a protocol may cache a topic's recipients while this stays the same
+        #: bumped by every change of who receives what (subscriptions, patterns, closes;
+        #: the broker's hooks): a protocol may cache a topic's recipients while this stays
+        #: the same (:mod:`msgbroker.routecache`)
         self.generation = 0
 
     # -- identities ---------------------------------------------------------------------

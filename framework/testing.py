@@ -119,11 +119,14 @@ class MemoryWire:
 
     def __init__(self) -> None:
         self.data = bytearray()
+        #: the same, one item per write (a packet transport's packets)
+        self.writes: list[bytes] = []
         self.producer: Any = None
         self.full = False
 
     def write(self, data: bytes) -> None:
         self.data += data
+        self.writes.append(data)
         if self.full and self.producer is not None:
             self.producer.pauseProducing()
 
@@ -155,6 +158,7 @@ class SessionDriver:
         session_class: type[ServerSession],
         host: str = "127.0.0.1",
         certificate_names: frozenset[str] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> None:
         self.broker = broker
         self.clock: Clock = broker.reactor
@@ -172,7 +176,7 @@ class SessionDriver:
             host=host,
             make_output=lambda s: session_class.make_output(broker, s, self.wire),
         )
-        self.server = session_class(broker, self.session, self.timers, self)
+        self.server = session_class(broker, self.session, self.timers, self, **(options or {}))
         self.server.opened()
         self._lost = False
 
@@ -202,7 +206,16 @@ class SessionDriver:
         """What the session wrote since the last call."""
         data = bytes(self.wire.data)
         self.wire.data.clear()
+        self.wire.writes.clear()
         return data
+
+    def received_packets(self) -> list[bytes]:
+        """What the session wrote since the last call, one item per write: the packets,
+        for a protocol on a packet transport (sbus)."""
+        writes = self.wire.writes[:]
+        self.wire.data.clear()
+        self.wire.writes.clear()
+        return writes
 
     @property
     def closed(self) -> bool:
@@ -237,11 +250,13 @@ class SessionDriver:
         return self._names
 
 
-def drive(broker: Broker, protocol: str, host: str = "127.0.0.1") -> SessionDriver:
-    """Run ``broker``'s ``protocol`` server session sans-IO (:class:`SessionDriver`)."""
+def drive(broker: Broker, protocol: str, host: str = "127.0.0.1", **options: Any) -> SessionDriver:
+    """Run ``broker``'s ``protocol`` server session sans-IO (:class:`SessionDriver`);
+    ``options`` go to the session's constructor, as its transport would give them (sbus:
+    ``credentials``, ``max_packet``)."""
     spec = broker.protocols[protocol]
     if spec.session is None:
         raise ValueError(f"protocol {protocol!r} registers no server session")
     if not broker.admit(IPv4Address("TCP", host, 40000)):
         raise ConnectionRefusedError(f"{protocol} connection from {host} refused by a limit")
-    return SessionDriver(broker, spec.session, host)
+    return SessionDriver(broker, spec.session, host, options=options)

@@ -1,0 +1,114 @@
+"""How a connection hands its session what the transport knows and what it reads: options
+for the session's constructor, and packets several per read with one flush for them all
+(msgbroker.connection.Connection; msgbroker.testing.SessionDriver does the same sans-IO)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from msgbroker.broker import ProtocolSpec
+from msgbroker.connection import Connection, ServerSession
+from msgbroker.message import Kind, Message
+from msgbroker.reasons import CloseReason
+from msgbroker.testing import MemoryWire, drive, make_broker
+
+
+def encode(message: Message) -> bytes:
+    return b"<" + message.payload + b">"
+
+
+class Echoing(ServerSession):
+    """Publishes each input on topic ``t``; ``stop`` closes the connection."""
+
+    name = "echoing"
+    encode = staticmethod(encode)
+    login_required = False
+
+    def __init__(self, *args: Any, greeting: bytes = b"", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.greeting = greeting
+        self.inputs: list[bytes] = []
+
+    def opened(self) -> None:
+        self.peer.identity = "me"
+        if self.greeting:
+            self.reply(self.greeting)
+
+    def data_received(self, data: bytes) -> None:
+        self.inputs.append(data)
+        if data == b"stop":
+            self.close(CloseReason.REQUESTED)
+            return
+        self.hub.multicast(None, Message(Kind.MCAST, "me", "echoing", "t", data))
+
+
+class Link:
+    """The transport side: records how it was asked to end."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[CloseReason, bool]] = []
+
+    def end(self, reason: CloseReason, abort: bool) -> None:
+        self.ended.append((reason, abort))
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def certificate_names(self) -> None:
+        return None
+
+
+def broker_with_a_subscriber() -> tuple[Any, MemoryWire]:
+    broker = make_broker()
+    broker.protocols["echoing"] = ProtocolSpec("echoing", session=Echoing)
+    # a subscriber on another connection, so that deliveries go through the batcher
+    wire = MemoryWire()
+    Connection(broker, Echoing, Link(), wire)
+    subscriber = next(iter(broker.sessions))
+    broker.hub.subscribe(subscriber, "t")
+    return broker, wire
+
+
+def test_options_reach_the_session_before_it_opens():
+    broker, _ = broker_with_a_subscriber()
+    wire = MemoryWire()
+    connection = Connection(broker, Echoing, Link(), wire, options={"greeting": b"hi"})
+    assert connection.server.greeting == b"hi" and bytes(wire.data) == b"hi"
+
+
+def test_packets_go_in_order_and_are_flushed_once_for_the_slice():
+    broker, subscriber = broker_with_a_subscriber()
+    connection = Connection(broker, Echoing, Link(), MemoryWire())
+    connection.packets_received([b"a", b"b", b"c"])
+    assert connection.server.inputs == [b"a", b"b", b"c"]
+    assert subscriber.writes == [b"<a><b><c>"]  # one write for the three
+
+
+def test_a_lazy_slice_stops_where_its_transport_stops_reading():
+    broker, _ = broker_with_a_subscriber()
+    link = Link()
+    connection = Connection(broker, Echoing, link, MemoryWire())
+
+    def read() -> Iterator[bytes]:
+        for packet in (b"a", b"stop", b"never read"):
+            if link.ended:
+                return
+            yield packet
+
+    connection.packets_received(read())
+    assert connection.server.inputs == [b"a", b"stop"]
+    assert link.ended == [(CloseReason.REQUESTED, False)]
+
+
+def test_a_driven_session_gets_options_and_shows_each_write():
+    broker, _ = broker_with_a_subscriber()
+    driver = drive(broker, "echoing", greeting=b"hello")
+    assert driver.server.greeting == b"hello"
+    driver.server.reply(b"two")
+    assert driver.received_packets() == [b"hello", b"two"]
+    driver.server.reply(b"three")
+    assert driver.received() == b"three" and driver.received_packets() == []
