@@ -36,7 +36,12 @@ one. Without a bound (``block_timeout`` None, the clients' side) ``block`` waits
 No Twisted here: the outbox writes through a ``send`` callable with the semantics of
 ``socket.send`` on a non-blocking socket (``BlockingIOError`` when full), asks for write
 readiness through ``want_writable(bool)``, and times a stall with ``call_later(seconds,
-f)`` (``reactor.callLater``: the result has ``cancel()``).
+f)`` (a server session's ``timers.call_later``: the result has ``cancel()``).
+
+On the server an outbox is the session's output (:class:`msgbroker.output.Output`): the
+hub's ``send`` is its :meth:`~Outbox.offer`, and it is a member of the broker's output
+budget. It writes to a :class:`~.seqpacket.SeqpacketConnection`, or to any byte transport
+with a streaming producer through :class:`TransportSink` (the sans-IO test driver's wire).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ from collections.abc import Callable
 from typing import Any
 
 from attrs import define
+
+from msgbroker.reasons import CloseReason
 
 SOFT = ("queue", "discard", "block", "error")
 #: what keeping a packet costs beyond its bytes (the bytes object's header, its slot in
@@ -113,21 +120,29 @@ class Outbox:
     """One client's outgoing packets: sent at once when possible, else governed by its
     :class:`FloodPolicy` (see the module docstring).
 
-    ``max_bytes`` bounds the backlog. ``on_error(reason)`` disconnects the client.
-    ``source()`` returns the :class:`Throttle` of the publisher whose message is being
-    delivered now, or None. ``block_timeout``, ``call_later`` and ``fallback`` bound how
-    long ``block`` may pause publishers (all three set, or ``block`` is unbounded);
-    ``on_dropped(count)`` is told of every packet dropped.
+    ``max_bytes`` bounds the backlog. ``on_error(reason, detail)`` disconnects the client
+    (``reason``: :attr:`CloseReason.FLOOD_CONTROL` for its own ``blocking/soft/error``,
+    :attr:`CloseReason.SLOW_CONSUMER` for a bound it passed). ``source()`` returns the
+    :class:`Throttle` of the publisher whose message is being delivered now, or None.
+    ``block_timeout``, ``call_later`` and ``fallback`` bound how long ``block`` may pause
+    publishers (all three set, or ``block`` is unbounded); ``on_dropped(count)`` is told of
+    every packet dropped; ``budget`` is the broker's bound on all slow consumers together.
     """
 
     def __init__(
         self,
         send: Callable[[bytes], Any],
         want_writable: Callable[[bool], None],
-        on_error: Callable[[str], None],
+        on_error: Callable[[CloseReason, str], None],
         max_bytes: int,
         source: Callable[[], Throttle | None] = lambda: None,
         policy: FloodPolicy | None = None,
+        *,
+        block_timeout: float | None = None,
+        call_later: Callable[[float, Callable[[], None]], Any] | None = None,
+        fallback: str = "error",
+        on_dropped: Callable[[int], None] | None = None,
+        budget: Any = None,
     ) -> None:
         self._send = send
         self._want_writable = want_writable
@@ -144,13 +159,13 @@ class Outbox:
         self.dropped = 0
         self.closed = False
         self._holding: set[Throttle] = set()
-        self.block_timeout: float | None = None
-        self.call_later: Callable[[float, Callable[[], None]], Any] | None = None
+        self.block_timeout = block_timeout
+        self.call_later = call_later
         #: the hard policy that replaces ``block`` once a stall outlasts block_timeout
-        self.fallback = "error"
-        self.on_dropped: Callable[[int], None] | None = None
+        self.fallback = fallback
+        self.on_dropped = on_dropped
         #: the broker's bound on all slow consumers together (an OutputBudget), if any
-        self.budget: Any = None
+        self.budget = budget
         #: the pending call that ends this stall's blocking, while publishers are paused
         self._deadline: Any = None
         #: this stall outlasted block_timeout: nothing may pause a publisher until drained
@@ -175,6 +190,9 @@ class Outbox:
                 self._failed()
                 return
         self._cannot_send(packet)
+
+    #: the session's output: what the hub calls per delivery
+    send = offer
 
     def reply(self, packet: bytes) -> None:
         """A packet the client asked for (the answer to ``!/cred/whoami``): never dropped
@@ -203,7 +221,9 @@ class Outbox:
         elif soft == "block":
             self._keep(packet, hold=True)
         else:
-            self._error("could not take a message (blocking/soft/error)")
+            self._error(
+                "could not take a message (blocking/soft/error)", CloseReason.FLOOD_CONTROL
+            )
 
     def _keep(self, packet: bytes, hold: bool) -> None:
         size = len(packet) + PACKET_OVERHEAD
@@ -345,12 +365,19 @@ class Outbox:
         for throttle in holding:
             throttle.release(self)
 
-    def _error(self, reason: str) -> None:
+    def _error(self, detail: str, reason: CloseReason = CloseReason.SLOW_CONSUMER) -> None:
         self.close()
-        self._on_error(reason)
+        self._on_error(reason, detail)
 
     def _failed(self) -> None:
         # the client is gone (EPIPE, ECONNRESET): its reader will see the end
+        self.close()
+
+    def flush(self) -> None:
+        """Nothing to do: the outbox sends each packet as it comes (the Output interface)."""
+
+    def stop(self) -> None:
+        """The connection is being cut (the Output interface): :meth:`close`."""
         self.close()
 
     def close(self) -> None:
@@ -365,3 +392,38 @@ class Outbox:
             self.budget.update(self, 0)
         self._want_writable(False)
         self._release()
+
+
+class TransportSink:
+    """An outbox's socket made of a byte transport with a streaming producer, each write one
+    packet (the sans-IO test driver's wire): full from the transport's ``pauseProducing``
+    until its ``resumeProducing``, which sends what the outbox kept."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.full = False
+        self.outbox: Outbox | None = None
+        transport.registerProducer(self, True)
+
+    def send_packet(self, packet: bytes) -> None:
+        if self.full:
+            raise BlockingIOError
+        self.transport.write(packet)
+
+    def want_writable(self, want: bool) -> None:
+        """Nothing to ask: the transport says when it takes packets again."""
+
+    def write_through(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+
+    def pauseProducing(self) -> None:
+        self.full = True
+
+    def resumeProducing(self) -> None:
+        self.full = False
+        if self.outbox is not None and self.outbox.backlog:
+            self.outbox.drain()
+
+    def stopProducing(self) -> None:
+        if self.outbox is not None:
+            self.outbox.close()

@@ -17,8 +17,9 @@ from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
 
 from .addresses import default_path
-from .protocol import SbusFactory
+from .protocol import SbusServerSession
 from .seqpacket import SeqpacketServerEndpoint, parse_endpoint
+from .server import SbusFactory
 
 if TYPE_CHECKING:
     from msgbroker.broker import Broker
@@ -34,7 +35,7 @@ def build_endpoint(reactor: Any, text: str) -> SeqpacketServerEndpoint:
 
 
 def build_factory(broker: Broker, listener: Listener) -> SbusFactory:
-    # the same parse as the endpoint's: the protocol checks the size the port reads
+    # the same parse as the endpoint's: the session checks the size the port reads
     return SbusFactory(broker, parse_endpoint(None, listener.endpoint).max_packet)
 
 
@@ -42,11 +43,12 @@ def build_factory(broker: Broker, listener: Listener) -> SbusFactory:
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
     register(
         ProtocolSpec(
-            "sbus",
-            build_factory,
-            "unix:" + default_path(),
-            "sbus on a unix seqpacket socket",
+            name="sbus",
+            build_factory=build_factory,
+            default_endpoint="unix:" + default_path(),
+            description="sbus on a unix seqpacket socket",
             build_endpoint=build_endpoint,
+            session=SbusServerSession,
         )
     )
 

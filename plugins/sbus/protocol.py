@@ -1,30 +1,41 @@
-"""sbus server protocol: the thin Twisted adapter between the codec, the hub and one
-client's :class:`~.flood.Outbox`.
+"""The sbus server session: packets in (one per ``data_received``), hub calls and flood
+control out. Sans-IO: its glue (:mod:`.server`) feeds it what the seqpacket socket reads.
 
 An sbus client has no login: it is known as ``sbus:<uid>:<pid>`` from its SO_PEERCRED
-credentials as soon as it connects. It is not entered in the identity table: a process
-may open many sbus connections, and sbus has no unicast a name would be for. Its
-subscriptions are hub patterns (:meth:`~msgbroker.hub.Hub.subscribe_pattern`), so they
-receive what every protocol publishes; its ``MSG`` packets are MCASTs on the topic its key
-maps to, and sbus recipients get the very packet that came in.
+credentials (given by its transport) as soon as it connects. It is not entered in the
+identity table: a process may open many sbus connections, and sbus has no unicast a name
+would be for. There is no keepalive either: a unix socket's peer cannot vanish without the
+kernel telling us. Its subscriptions are hub patterns
+(:meth:`~msgbroker.hub.Hub.subscribe_pattern`), so they receive what every protocol
+publishes; its ``MSG`` packets are MCASTs on the topic its key maps to, and sbus recipients
+get the very packet that came in — directly, without the hub, for a key whose recipients
+the session remembers (:class:`~msgbroker.routecache.RouteCache`).
+
+Its output is the client's flood-control :class:`~.flood.Outbox`, chosen when it opens.
 """
 
 from __future__ import annotations
 
-import errno
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from twisted.internet import main
-from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
+from msgbroker.connection import ServerSession
 from msgbroker.errors import LimitExceeded, RemoteProtocolError
 from msgbroker.message import Kind, Message
+from msgbroker.reasons import CloseReason
+from msgbroker.routecache import RouteCache
 
 from . import codec
-from .flood import Throttle
+from .flood import Outbox, Throttle, TransportSink
 from .patterns import key_to_topic, resolve_subscription, topic_to_key
+
+if TYPE_CHECKING:
+    from msgbroker.broker import Broker
+    from msgbroker.session import Session
+
+    from .addresses import Credentials
 
 log = Logger(namespace="msgbroker.sbus")
 
@@ -60,113 +71,94 @@ def throttle_of(session: Any) -> Throttle:
     return throttle
 
 
-class SbusServerProtocol(Protocol):
-    """One sbus client (see the module docstring)."""
+class SbusServerSession(ServerSession):
+    """One sbus client on the server side (see the module docstring).
 
-    def __init__(self, broker: Any, max_packet: int) -> None:
-        self.broker = broker
-        self.hub = broker.hub
+    ``credentials`` are the peer's (SO_PEERCRED: ``pid``, ``uid``, ``gid``); a packet longer
+    than ``max_packet`` (the listener's ``max-packet``) closes the connection.
+    """
+
+    name = NAME
+    encode = staticmethod(encode_message)
+    login_required = False
+    #: every close drops what the client has not read yet, but the broker's own: shutdown
+    #: (and kick, which sbus never meets) sends it first
+    aborted_on = frozenset(CloseReason) - {CloseReason.SHUTDOWN, CloseReason.KICKED}
+
+    def __init__(
+        self,
+        broker: Broker,
+        peer: Session,
+        timers: Any,
+        link: Any = None,
+        *,
+        credentials: Credentials,
+        max_packet: int = codec.DEFAULT_MAX_PACKET,
+    ) -> None:
+        super().__init__(broker, peer, timers, link)
+        self.credentials = credentials
         self.max_packet = max_packet
-        #: whether the client receives its own messages (``CMSG echo/off`` clears it)
-        self.echo = True
-        #: routing key -> (hub generation, recipients' offer, how many): see _remember_route
-        self._routes: dict[bytes, tuple[int, tuple[Any, ...], int]] = {}
-        self.identity = ""
-        self.credentials: Any = None
-        self.session: Any = None
 
-    def connectionMade(self) -> None:
-        transport: Any = self.transport
-        credentials = self.credentials = transport.credentials
-        self.identity = f"sbus:{credentials.uid}:{credentials.pid}"
-        session = self.session = self.broker.open_session(
-            protocol=NAME,
-            encode=encode_message,
-            transport=transport,
-            closer=self._close,
-            host="",
+    @classmethod
+    def make_output(cls, broker: Broker, session: Session, transport: Any) -> Outbox:
+        """The client's flood-control outbox on its socket (or, sans-IO, on any byte
+        transport with a streaming producer): bounded by ``--max-backlog``, a member of the
+        broker's output budget, and with a hard policy (and the fallback of a ``block``
+        that outlasts ``--block-timeout``) that follows ``--slow-consumer`` — one slow
+        client never blocks the bus."""
+        sink = transport if hasattr(transport, "write_through") else TransportSink(transport)
+        hub = broker.hub
+        hard = "discard" if broker.policy.drop else "error"
+        outbox = Outbox(
+            sink.send_packet,
+            sink.want_writable,
+            partial(_flood_error, session),
+            broker.policy.max_backlog,
+            lambda: None if hub.source is None else throttle_of(hub.source),
+            block_timeout=broker.config.block_timeout,
+            fallback=hard,
+            on_dropped=partial(_dropped, session),
+            budget=broker.output_budget,
         )
-        session.identity = self.identity
-        session.send = transport.outbox.offer
-        session.data["sbus.credentials"] = credentials
-        outbox = transport.outbox
-        broker = self.broker
-        # the broker's slow-consumer policy is the default hard policy, and what replaces
-        # block once a stall outlasts block-timeout: one slow client never blocks the bus
-        outbox.policy.hard = outbox.fallback = "discard" if broker.policy.drop else "error"
-        outbox.max_bytes = broker.policy.max_backlog
-        outbox.block_timeout = broker.config.block_timeout
-        outbox.call_later = broker.reactor.callLater
-        outbox.on_dropped = self._dropped
-        outbox.budget = broker.output_budget
+        outbox.policy.hard = hard
+        sink.write_through(outbox)
+        return outbox
+
+    def opened(self) -> None:
+        credentials = self.credentials
+        peer = self.peer
+        self.identity = peer.identity = f"sbus:{credentials.uid}:{credentials.pid}"
+        peer.data["sbus.credentials"] = credentials
+        self.outbox: Outbox = peer.output  # type: ignore[assignment]
+        # a block stall's deadline is one of this session's timers
+        self.outbox.call_later = self.timers.call_later
+        #: the recipients of the keys it publishes on, remembered; with echo (the
+        #: default: ``CMSG echo/off`` clears it) the client receives its own messages
+        self.routes = RouteCache(self.hub, peer, encode_message, echo=True)
 
     # -- packets -----------------------------------------------------------------------------
 
-    def read_packets(self, transport: Any, budget: int) -> Any:
-        """Read up to ``budget`` packets (the transport's ``doRead``, done here): a publish
-        whose recipients are remembered (:meth:`_remember_route`) is offered to them
-        right in this loop; every other packet goes to :meth:`packetReceived`. Returns
-        what ``doRead`` returns: None, or why the connection ended."""
-        # the reactor's shared buffer: each packet is copied out (tobytes) before the next read
-        recv_into, view = transport.socket.recv_into, transport.receive_view()
-        routes, hub, session, max_packet = self._routes, self.hub, self.session, self.max_packet
-        received = self.packetReceived
-        routed = delivered = 0
-        try:
-            for _ in range(budget):
-                if transport.paused or not transport.connected or transport.disconnecting:
-                    return None
-                try:
-                    size = recv_into(view)
-                except BlockingIOError:
-                    return None
-                except InterruptedError:
-                    continue
-                except OSError as e:
-                    return main.CONNECTION_LOST if e.errno != errno.ECONNRESET else e
-                if not size:
-                    return main.CONNECTION_DONE
-                data = view[:size].tobytes()
-                if data[:4] == _MSG and size <= max_packet:
-                    nul = data.find(b"\0", 4)
-                    route = routes.get(data[4:nul]) if nul > 0 else None
-                    if route is not None and route[0] == hub.generation:
-                        hub.source = session
-                        for offer in route[1]:
-                            offer(data)
-                        routed += 1
-                        delivered += route[2]
-                        continue
-                received(data)
-            return None
-        finally:
-            stats = hub.stats
-            stats.routed += routed
-            stats.delivered += delivered
-
-    def packetReceived(self, data: bytes) -> None:
+    def data_received(self, data: bytes) -> None:
+        """One packet."""
+        # the hot path: a publish whose recipients are remembered goes straight to them
+        if data[:4] == _MSG and len(data) <= self.max_packet:
+            nul = data.find(b"\0", 4)
+            if nul > 0 and self.routes.send(data[4:nul], data):
+                return
+        if self.closed:
+            return
         if len(data) > self.max_packet:
             self._protocol_error(f"packet of more than {self.max_packet} bytes")
-            return
-        if data[:4] == _MSG:  # the hot path: a publish
+        elif data[:4] == _MSG:
             nul = data.find(b"\0", 4)
             if nul < 0:
                 self._protocol_error("MSG without a NUL after its routing key")
-                return
-            key = data[4:nul]
-            route = self._routes.get(key)
-            hub = self.hub
-            if route is not None and route[0] == hub.generation:
-                # only sbus clients receive it: the packet itself goes to each, no Message
-                hub.source = self.session
-                for offer in route[1]:
-                    offer(data)
-                stats = hub.stats
-                stats.routed += 1
-                stats.delivered += route[2]
-                return
-            self._publish(key, data, nul)
-            return
+            else:
+                self._publish(data[4:nul], data, nul)
+        else:
+            self._request(data)
+
+    def _request(self, data: bytes) -> None:
         try:
             packet = codec.parse_packet(data, self.max_packet)
         except RemoteProtocolError as e:
@@ -182,33 +174,16 @@ class SbusServerProtocol(Protocol):
     def _publish(self, key: bytes, data: bytes, nul: int) -> None:
         topic = key.decode("utf-8", "surrogateescape")
         broker = self.broker
-        if broker.authorizes and not broker.authorize(self.session, "publish", topic):
+        authorizes = broker.authorizes
+        if authorizes and not broker.authorize(self.peer, "publish", topic):
             self._refused("publish", topic)
             return
         message = Message(Kind.MCAST, self.identity, NAME, topic, data[nul + 1 :])
         message.preencode(encode_message, data)  # sbus recipients get this very packet
-        # other protocols' recipients are batched: flushed on the reactor's next turn
-        self.hub.multicast(self.session, message, self.echo)
-        self._remember_route(key, topic)
-
-    def _remember_route(self, key: bytes, topic: str) -> None:
-        """When only sbus clients receive ``topic`` (no member of another protocol, no
-        observer, no authorization hook), remember their ``offer``s: the next publishes
-        on ``key`` skip the Message and the hub until the hub's recipients change."""
-        hub = self.hub
-        if hub.observer is not None or self.broker.authorizes or topic in hub.topics:
-            return
-        groups = hub.pattern_recipients(topic) if hub.patterns else {}
-        if any(encoder is not encode_message for encoder in groups):
-            return
-        session = self.session
-        offers = tuple(
-            peer.send for peer in groups.get(encode_message, ()) if self.echo or peer is not session
-        )
-        routes = self._routes
-        if len(routes) >= 1024:
-            routes.clear()
-        routes[key] = (hub.generation, offers, len(offers))
+        routes = self.routes
+        self.hub.multicast(self.peer, message, routes.echo)
+        if not authorizes:  # the hook is asked per publish: nothing may skip it
+            routes.remember(key, topic)
 
     def _subscribe(self, pattern: bytes) -> None:
         credentials = self.credentials
@@ -218,35 +193,33 @@ class SbusServerProtocol(Protocol):
             return
         topic = key_to_topic(stored)
         broker = self.broker
-        if broker.authorizes and not broker.authorize(self.session, "subscribe", topic):
+        if broker.authorizes and not broker.authorize(self.peer, "subscribe", topic):
             self._refused("subscribe", topic)
             return
         try:
-            self.hub.subscribe_pattern(self.session, topic)
-        except LimitExceeded:
-            # sbus cannot answer "no" (DECISIONS.md, Limits): that client is closed; the
+            self.hub.subscribe_pattern(self.peer, topic)
+        except LimitExceeded as e:
+            # sbus cannot answer "no" (docs/sbus.md, Limits): that client is closed; the
             # hub has counted and logged the refusal already (rate-limited)
-            self.session.close("limit exceeded")
+            self.close(CloseReason.LIMIT_EXCEEDED, e.limit)
 
     def _unsubscribe(self, pattern: bytes) -> None:
         credentials = self.credentials
         stored = resolve_subscription(pattern, credentials.gid, credentials.uid, credentials.pid)
-        if stored is not None:  # an unknown pattern is ignored (DECISIONS.md)
-            self.hub.unsubscribe_pattern(self.session, key_to_topic(stored))
+        if stored is not None:  # an unknown pattern is ignored (docs/sbus.md)
+            self.hub.unsubscribe_pattern(self.peer, key_to_topic(stored))
 
     def _control(self, packet: codec.ControlMessage) -> None:
         key = packet.key
-        outbox: Any = self.transport.outbox  # type: ignore[union-attr]
         if key == codec.WHOAMI:
             c = self.credentials
-            outbox.reply(codec.encode_packet(codec.whoami_reply(c.gid, c.uid, c.pid)))
+            self.reply(codec.encode_packet(codec.whoami_reply(c.gid, c.uid, c.pid)))
         elif key == codec.ECHO_OFF:
-            self.echo = False
-            self._routes.clear()
+            self.routes.echo = False
         elif key == codec.ECHO_ON:
-            self.echo = True
-            self._routes.clear()
+            self.routes.echo = True
         elif key in codec.FLOOD_CONTROL:
+            outbox = self.outbox
             order = outbox.policy.order
             outbox.policy.apply(key)
             if outbox.policy.order != order:
@@ -259,7 +232,7 @@ class SbusServerProtocol(Protocol):
         log.info(
             "sbus client {identity} disconnected: {reason}", identity=self.identity, reason=reason
         )
-        self.session.close("protocol error")
+        self.close(CloseReason.PROTOCOL_ERROR, reason)
 
     def _refused(self, action: str, topic: str) -> None:
         log.info(
@@ -268,69 +241,23 @@ class SbusServerProtocol(Protocol):
             action=action,
             topic=topic,
         )
-        self.session.close("not authorized")
-
-    def flood_error(self, reason: str) -> None:
-        """The outbox gave up on this client (``blocking/*/error``, or a ``block`` that
-        outlasted block-timeout); the broker logs the slow consumer's close."""
-        log.debug(
-            "sbus client {identity} disconnected: {reason}", identity=self.identity, reason=reason
-        )
-        session = self.session
-        session.stats.dropped += 1
-        session.dropped += 1
-        session.close("slow consumer")
-
-    def _dropped(self, count: int) -> None:
-        """The outbox dropped ``count`` deliveries to this client (its flood control)."""
-        session = self.session
-        session.stats.dropped += count
-        session.dropped += count
-        self.broker.slow_consumer_dropped(session, count)
-
-    def _close(self, reason: str) -> None:
-        transport: Any = self.transport
-        if reason in ("shutdown", "kicked"):
-            transport.loseConnection()
-        else:
-            transport.abortConnection()
-
-    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
-        session = self.session
-        if session is None:
-            return
-        self.broker.session_closed(session, "closed by peer")
-        callbacks, session.on_lost = session.on_lost, []
-        for callback in callbacks:
-            callback()
+        self.close(CloseReason.NOT_AUTHORIZED, f"{action} {topic!r}")
 
 
-class SbusFactory(Factory):
-    """Builds one :class:`SbusServerProtocol` per client of one listener; ``source()`` is
-    the throttle of the publisher being routed now (for ``block`` flood control)."""
+def _flood_error(session: Session, reason: CloseReason, detail: str) -> None:
+    """The outbox gave up on this client (``blocking/*/error``, a ``block`` that outlasted
+    block-timeout, the broker's output budget); the broker logs a slow consumer's close."""
+    log.debug(
+        "sbus client {identity} disconnected: {detail}", identity=session.identity, detail=detail
+    )
+    session.stats.dropped += 1
+    session.dropped += 1
+    session.close(reason, detail)
 
-    def __init__(self, broker: Any, max_packet: int = codec.DEFAULT_MAX_PACKET) -> None:
-        self.broker = broker
-        self.max_packet = max_packet
 
-    @property
-    def listen_backlog(self) -> int:
-        """The accept queue the seqpacket endpoint listens with: the broker's setting."""
-        return int(self.broker.config.listen_backlog)
-
-    def source(self) -> Throttle | None:
-        peer = self.broker.hub.source
-        return None if peer is None else throttle_of(peer)
-
-    def buildProtocol(self, addr: Any) -> SbusServerProtocol | None:
-        if not self.broker.admit(addr):
-            return None  # over a connection limit: the port closes the socket at once
-        protocol = SbusServerProtocol(self.broker, self.max_packet)
-        protocol.factory = self
-        return protocol
-
-    def doStart(self) -> None:  # quiet: the service logs what each listener is bound to
-        self.numPorts += 1
-
-    def doStop(self) -> None:
-        self.numPorts -= 1
+def _dropped(session: Session, count: int) -> None:
+    """The outbox dropped ``count`` deliveries to this client (its flood control)."""
+    session.stats.dropped += count
+    session.dropped += count
+    if session.on_dropped is not None:
+        session.on_dropped(session, count)

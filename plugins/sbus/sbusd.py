@@ -51,7 +51,6 @@ from msgbroker.broker import Broker
 from msgbroker.config import BrokerConfig, Listener
 from msgbroker.service import BrokerService, ListenerService
 
-from .protocol import SbusFactory
 from .seqpacket import (
     Credentials,
     SeqpacketAddress,
@@ -59,6 +58,7 @@ from .seqpacket import (
     SeqpacketServerEndpoint,
     parse_address,
 )
+from .server import SbusFactory
 
 PROG = "sbusd"
 USAGE = "usage: sbusd [-a address] [-f | -p pidfile] [-u user] ... [-cgor]"

@@ -4,13 +4,17 @@ A seqpacket socket keeps message boundaries: one ``recv`` is one packet, one ``s
 one packet. So the transport here speaks packets, not a byte stream:
 
 - :class:`SeqpacketConnection` is a connected socket. Readable: it receives packets until
-  ``EAGAIN`` (or until its protocol pauses it) and hands each to the protocol's
-  ``packetReceived(data)``, in slices of at most 256 packets per reactor turn, so one busy
-  publisher never keeps the reactor from writing to the subscribers or reading others; end
-  of stream is ``connectionLost``. It receives into the reactor's one shared buffer
+  ``EAGAIN`` (or until its protocol pauses it), in slices of at most 256 packets per
+  reactor turn, so one busy publisher never keeps the reactor from writing to the
+  subscribers or reading others, and hands them to the protocol: the whole slice, read
+  lazily, to ``packets_received(packets)`` if it has one (the server's glue, which passes it
+  to its :class:`~msgbroker.connection.Connection`), else each to ``packetReceived(data)``;
+  end of stream is ``connectionLost``. It receives into the reactor's one shared buffer
   (:func:`receive_buffer`), so an idle connection holds no buffer of its own.
   ``write(packet)`` sends one packet through the connection's :class:`~.flood.Outbox`,
-  which keeps what the socket does not take and sends it when the socket is writable.
+  which keeps what the socket does not take and sends it when the socket is writable: its
+  own (a client's), or the one a server session chose as its output
+  (:meth:`~SeqpacketConnection.write_through`).
 - :class:`SeqpacketPort` listens: it accepts until ``EAGAIN``, reads each client's
   SO_PEERCRED credentials, can refuse clients by credentials (``sbusd -u``), and builds one
   protocol per client from a Twisted factory.
@@ -31,7 +35,7 @@ import errno
 import os
 import socket
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from attrs import frozen
@@ -106,7 +110,7 @@ class SeqpacketConnection(abstract.FileDescriptor):
 
     ``max_packet``: the largest packet received; a larger one is passed on one byte longer
     than the bound (so the protocol sees it is too long) and never read in full.
-    ``max_backlog`` bounds the outbox (see :mod:`.flood`).
+    ``max_backlog`` bounds the connection's own outbox (see :mod:`.flood`).
     """
 
     def __init__(
@@ -117,50 +121,76 @@ class SeqpacketConnection(abstract.FileDescriptor):
         credentials: Credentials | None = None,
         max_packet: int = 212_960,
         max_backlog: int = 16 << 20,
-        source: Callable[[], Any] = lambda: None,
         address: str = "",
     ) -> None:
         super().__init__(reactor)
         self.socket = sock
         self.fileno = sock.fileno  # type: ignore[method-assign]
         self.protocol = protocol
-        #: a protocol may read the socket itself, ``read_packets(transport, budget)`` with
-        #: :meth:`doRead`'s contract, to route its hot path without a call per packet
-        self._read_packets = getattr(protocol, "read_packets", None)
+        #: a protocol may take a whole slice at once (see the module docstring)
+        self._packets_received = getattr(protocol, "packets_received", None)
         self.credentials = credentials
         self.address = address
         self.connected = 1
         self.paused = False
         #: one byte more than the largest packet, so a packet over it shows (it is cut)
         self.receive_size = max_packet + 1
-        self.outbox = Outbox(
-            sock.send, self._want_writable, self._outbox_error, max_backlog, source
-        )
+        self.max_backlog = max_backlog
+        #: what the current read ended with, for doRead to return (None: go on)
+        self._read_end: Any = None
+        self._outbox: Outbox | None = None
+
+    @property
+    def outbox(self) -> Outbox:
+        """What this connection writes through: a server session's output, or its own
+        (made when first asked for)."""
+        if self._outbox is None:
+            self._outbox = Outbox(
+                self.socket.send, self.want_writable, self._outbox_error, self.max_backlog
+            )
+        return self._outbox
+
+    def write_through(self, outbox: Outbox) -> None:
+        """Write and drain through ``outbox`` (made on :attr:`send_packet` and
+        :meth:`want_writable`): a server session's output, chosen when it opened."""
+        self._outbox = outbox
 
     # -- reading -----------------------------------------------------------------------------
 
     def doRead(self) -> Any:
-        if self._read_packets is not None:
-            return self._read_packets(self, PACKETS_PER_EVENT)
+        self._read_end = None
+        packets = self._receive()
+        if self._packets_received is not None:
+            self._packets_received(packets)
+        else:
+            received = self.protocol.packetReceived
+            for packet in packets:
+                received(packet)
+        return self._read_end
+
+    def _receive(self) -> Iterator[bytes]:
+        """One slice of packets, read as they are asked for: it ends at ``EAGAIN``, at the
+        end of the stream or an error (kept for :meth:`doRead` to return), or as soon as
+        the connection is paused or closing. A slice at a time: a publisher that keeps its
+        socket full must not keep the reactor from sending (the recipients' backlogs wait
+        for it) or from reading others."""
         recv_into, view = self.socket.recv_into, self.receive_view()
-        received = self.protocol.packetReceived
-        # a slice at a time: a publisher that keeps its socket full must not keep the
-        # reactor from sending (the recipients' backlogs wait for it) or from reading others
         for _ in range(PACKETS_PER_EVENT):
             if self.paused or not self.connected or self.disconnecting:
-                return None
+                return
             try:
                 size = recv_into(view)
             except BlockingIOError:
-                return None
+                return
             except InterruptedError:
                 continue
             except OSError as e:
-                return main.CONNECTION_LOST if e.errno != errno.ECONNRESET else e
+                self._read_end = main.CONNECTION_LOST if e.errno != errno.ECONNRESET else e
+                return
             if not size:
-                return main.CONNECTION_DONE
-            received(view[:size].tobytes())  # copied out before the next read reuses it
-        return None
+                self._read_end = main.CONNECTION_DONE
+                return
+            yield view[:size].tobytes()  # copied out before the next read reuses it
 
     def receive_view(self) -> memoryview:
         """The buffer to receive into, shared with the reactor's other connections: copy
@@ -198,7 +228,13 @@ class SeqpacketConnection(abstract.FileDescriptor):
         for packet in packets:
             self.outbox.offer(packet)
 
-    def _want_writable(self, want: bool) -> None:
+    @property
+    def send_packet(self) -> Callable[[bytes], int]:
+        """Sends one packet now: the socket's ``send`` (``BlockingIOError`` when full)."""
+        return self.socket.send
+
+    def want_writable(self, want: bool) -> None:
+        """Whether to be told (the outbox drained) when the socket is writable."""
         if self.connected:
             if want:
                 self.startWriting()
@@ -206,15 +242,17 @@ class SeqpacketConnection(abstract.FileDescriptor):
                 self.stopWriting()
 
     def doWrite(self) -> Any:
-        self.outbox.drain()
-        if self.disconnecting and not self.outbox.backlog:
-            return main.CONNECTION_DONE
-        return None
+        outbox = self._outbox
+        if outbox is not None:
+            outbox.drain()
+            if outbox.backlog:
+                return None
+        return main.CONNECTION_DONE if self.disconnecting else None
 
-    def _outbox_error(self, reason: str) -> None:
+    def _outbox_error(self, reason: Any, detail: str) -> None:
         closer = getattr(self.protocol, "flood_error", None)
         if closer is not None:
-            closer(reason)
+            closer(detail)
         else:
             self.abortConnection()
 
@@ -226,7 +264,7 @@ class SeqpacketConnection(abstract.FileDescriptor):
             return
         self.disconnecting = True
         self.stopReading()
-        if self.outbox.backlog:
+        if self._outbox is not None and self._outbox.backlog:
             self.startWriting()
         else:
             self.reactor.callLater(0, self._close_now, _connDone)
@@ -235,7 +273,8 @@ class SeqpacketConnection(abstract.FileDescriptor):
         """Close now, dropping what waits."""
         if not self.connected:
             return
-        self.outbox.close()
+        if self._outbox is not None:
+            self._outbox.close()
         self.disconnecting = True
         self.stopReading()
         self.stopWriting()
@@ -249,7 +288,8 @@ class SeqpacketConnection(abstract.FileDescriptor):
         if self.disconnected:
             return
         super().connectionLost(reason)
-        self.outbox.close()
+        if self._outbox is not None:
+            self._outbox.close()
         with contextlib.suppress(OSError):
             self.socket.close()
         protocol, self.protocol = self.protocol, None
@@ -265,7 +305,7 @@ class SeqpacketConnection(abstract.FileDescriptor):
         return UNIXAddress(self.address or None)
 
     def registerProducer(self, producer: Any, streaming: bool) -> None:
-        # sbus output goes through the outbox, which never asks a producer to pause
+        # sbus output goes through an outbox, which never asks a producer to pause
         pass
 
     def unregisterProducer(self) -> None:
@@ -291,7 +331,6 @@ class SeqpacketPort(abstract.FileDescriptor):
         address: SeqpacketAddress,
         allow: Callable[[Credentials], bool] | None = None,
         max_packet: int = 212_960,
-        max_backlog: int = 16 << 20,
         owns_path: bool = True,
     ) -> None:
         super().__init__(reactor)
@@ -301,7 +340,6 @@ class SeqpacketPort(abstract.FileDescriptor):
         self.address = address
         self.allow = allow
         self.max_packet = max_packet
-        self.max_backlog = max_backlog
         self.owns_path = owns_path and address.path is not None
         self.connected = 1
         self._stopped: defer.Deferred[None] | None = None
@@ -337,14 +375,7 @@ class SeqpacketPort(abstract.FileDescriptor):
             conn.close()
             return
         transport = SeqpacketConnection(
-            conn,
-            protocol,
-            self.reactor,
-            credentials,
-            self.max_packet,
-            self.max_backlog,
-            source=getattr(self.factory, "source", lambda: None),
-            address=str(self.address),
+            conn, protocol, self.reactor, credentials, self.max_packet, address=str(self.address)
         )
         protocol.makeConnection(transport)
         if transport.connected and not transport.disconnecting and not transport.paused:
@@ -390,7 +421,6 @@ class SeqpacketServerEndpoint:
     replace: bool = False
     allow: Callable[[Credentials], bool] | None = None
     max_packet: int = 212_960
-    max_backlog: int = 16 << 20
     backlog: int | None = None
 
     def listen(self, factory: Any) -> defer.Deferred[SeqpacketPort]:
@@ -408,7 +438,6 @@ class SeqpacketServerEndpoint:
             self.address,
             self.allow,
             self.max_packet,
-            self.max_backlog,
             owns_path=self.address.fd is None,
         )
         port.startListening()

@@ -14,8 +14,8 @@ import pytest
 from twisted.internet.address import UNIXAddress
 
 from msgbroker.config import BrokerConfig
-from msgbroker.plugins.sbus.protocol import SbusFactory
 from msgbroker.plugins.sbus.seqpacket import SeqpacketConnection, peer_credentials
+from msgbroker.plugins.sbus.server import SbusFactory
 from msgbroker.testing import FakeConnection, connect, make_broker
 from tests.sbus.test_seqpacket import FakeReactor
 
@@ -38,13 +38,11 @@ class Bus:
         factory = SbusFactory(self.broker)
         self.sbus: Any = factory.buildProtocol(UNIXAddress(None))
         self.transport = SeqpacketConnection(
-            self.server,
-            self.sbus,
-            self.reactor,
-            peer_credentials(self.server),
-            source=factory.source,
+            self.server, self.sbus, self.reactor, peer_credentials(self.server)
         )
         self.sbus.makeConnection(self.transport)
+        #: the broker's session of the sbus subscriber
+        self.session = self.sbus.connection.session
         self.client.send(b"CMSG blocking/soft/block")
         self.client.send(b"SUB news")
         self.transport.doRead()
@@ -121,12 +119,12 @@ def test_after_block_timeout_the_blocker_is_disconnected_and_the_publisher_resum
     b = bus(block_timeout=1.0)  # --slow-consumer disconnect, the default
     b.publish_until_paused()
     b.reactor.advance(0.999)
-    assert b.paused and b.sbus.session.close_reason is None
+    assert b.paused and b.session.close_reason is None
     b.reactor.advance(0.001)
-    assert b.sbus.session.close_reason == "slow consumer"
+    assert b.session.close_reason == "slow consumer"
     assert not b.paused and not b.publisher.session.reading_held
     b.reactor.advance(0)  # the abort completes
-    assert b.sbus.session not in b.broker.sessions
+    assert b.session not in b.broker.sessions
     b.publisher.received()
     b.publish()
     assert b.publisher.received() == b"200\n" and not b.paused
@@ -137,13 +135,13 @@ def test_with_slow_consumer_drop_the_blocker_stays_and_is_discarded_for(bus):
     b.publish_until_paused()
     paused_at = b.sent
     b.reactor.advance(1.0)
-    assert not b.paused and b.sbus.session.close_reason is None
+    assert not b.paused and b.session.close_reason is None
     b.publisher.received()
     for _ in range(20):  # the stall goes on: nothing pauses the publisher now
         b.publish()
         assert not b.paused
     assert b.publisher.received() == b"200\n" * 20
-    assert b.sbus.session.dropped == 20
+    assert b.session.dropped == 20
     # what it was sent before the timeout still arrives, in order; the rest is gone
     got = b.drain()
     assert [int(p[9:15]) for p in got] == list(range(paused_at))

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from msgbroker.plugins.sbus.flood import PACKET_OVERHEAD, FloodPolicy, Outbox, Throttle
+from msgbroker.reasons import CloseReason
 
 
 class Pair:
@@ -20,16 +21,22 @@ class Pair:
         self.server.setblocking(False)
         self.client.setblocking(False)
         self.writable: list[bool] = []
+        #: why the outbox gave up, in its words, and as a close reason
         self.errors: list[str] = []
+        self.reasons: list[CloseReason] = []
         self.source: Throttle | None = None
         self.outbox = Outbox(
             self.server.send,
             self.writable.append,
-            self.errors.append,
+            self._error,
             max_bytes,
             lambda: self.source,
             FloodPolicy(**policy),
         )
+
+    def _error(self, reason: CloseReason, detail: str) -> None:
+        self.reasons.append(reason)
+        self.errors.append(detail)
 
     def fill(self) -> int:
         """Offer packets until one is not sent at once; returns how many went out. The
@@ -147,6 +154,7 @@ def test_soft_error_disconnects_at_the_first_packet_that_would_block(pair):
     p = pair(soft="error")
     p.fill()
     assert p.errors == ["could not take a message (blocking/soft/error)"]
+    assert p.reasons == [CloseReason.FLOOD_CONTROL]  # the client's own choice
     assert p.outbox.closed
     p.outbox.offer(b"after")  # ignored once closed
     assert p.outbox.backlog == 0
@@ -171,6 +179,7 @@ def test_hard_error_disconnects_when_the_bound_is_passed(pair):
     assert p.errors == []
     p.outbox.offer(b"x" * 200)
     assert p.errors == ["backlog over its bound (blocking/hard/error)"] and p.outbox.closed
+    assert p.reasons == [CloseReason.SLOW_CONSUMER]
 
 
 def test_hard_block_pauses_the_publisher_past_the_bound_and_releases_it_when_drained(pair):
@@ -275,7 +284,7 @@ def test_policy_ignores_what_is_not_flood_control(key):
 
 
 def test_outboxes_share_the_brokers_output_budget_and_the_largest_is_cut_first():
-    from msgbroker.session import OutputBudget
+    from msgbroker.output import OutputBudget
 
     budget = OutputBudget(5000)
     big, small = Pair(hard="error"), Pair(hard="error")
@@ -300,7 +309,7 @@ def test_outboxes_share_the_brokers_output_budget_and_the_largest_is_cut_first()
 
 
 def test_a_discarding_outbox_over_the_output_budget_drops_and_keeps_its_backlog():
-    from msgbroker.session import OutputBudget
+    from msgbroker.output import OutputBudget
 
     budget = OutputBudget(1000)
     pair = Pair(hard="discard")

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from msgbroker.config import BrokerConfig
-from msgbroker.plugins.sbus.protocol import SbusFactory
 from msgbroker.plugins.sbus.seqpacket import parse_address, parse_endpoint
+from msgbroker.plugins.sbus.server import SbusFactory
 from tests.sbus.server_support import Bus, RawClient, running_bus
 from tests.sbus.test_seqpacket import FakeReactor
 from tests.ssmp.e2e_support import WAIT
