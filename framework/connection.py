@@ -233,6 +233,12 @@ class ServerSession:
         """What the peer sent (a stream chunk, a WebSocket message, a packet)."""
         raise NotImplementedError
 
+    def packets_received(self, packets: Iterable[bytes]) -> None:
+        """Several packets at once (a packet transport's read slice): each to
+        :meth:`data_received`, unless the protocol has a faster way to take them."""
+        for data in packets:
+            self.data_received(data)
+
     def certificate_names(self) -> frozenset[str] | None:
         """Names the verified client certificate proves (after the TLS handshake, so ask at
         login); ``None`` without TLS or without a certificate."""
@@ -332,13 +338,10 @@ class Connection:
         self.broker.batcher.flush()  # what this input caused: one write per recipient
 
     def packets_received(self, packets: Iterable[bytes]) -> None:
-        """Inputs that come whole, several per read (a packet transport's slice): each to
-        the session's ``data_received`` in turn, then one flush for them all. ``packets``
-        may be read lazily, so that a transport stops reading at the very packet after
-        which the session held its input or closed."""
-        data_received = self.server.data_received
-        for data in packets:
-            data_received(data)
+        """Inputs that come whole, several per read (a packet transport's slice, maybe read
+        lazily: it stops at the packet after which the session held its input or closed):
+        to the session's ``packets_received``, then one flush for them all."""
+        self.server.packets_received(packets)
         self.broker.batcher.flush()
 
     def lost(self) -> None:
