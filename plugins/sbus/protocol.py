@@ -16,6 +16,7 @@ Its output is the client's flood-control :class:`~.flood.Outbox`, chosen when it
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -140,11 +141,22 @@ class SbusServerSession(ServerSession):
 
     def data_received(self, data: bytes) -> None:
         """One packet."""
-        # the hot path: a publish whose recipients are remembered goes straight to them
-        if data[:4] == _MSG and len(data) <= self.max_packet:
-            nul = data.find(b"\0", 4)
-            if nul > 0 and self.routes.send(data[4:nul], data):
-                return
+        self.packets_received((data,))
+
+    def packets_received(self, packets: Iterable[bytes]) -> None:
+        """A read slice of packets, in order. The hot path is here, with nothing between
+        the transport's read loop and the recipients' outboxes but the route cache: a
+        publish whose recipients are remembered goes straight to them."""
+        max_packet, remembered = self.max_packet, self.routes.send
+        for data in packets:
+            if data[:4] == _MSG and len(data) <= max_packet:
+                nul = data.find(b"\0", 4)
+                if nul > 0 and remembered(data[4:nul], data):
+                    continue
+            self._packet(data)
+
+    def _packet(self, data: bytes) -> None:
+        """A packet that is no publish on a remembered route."""
         if self.closed:
             return
         if len(data) > self.max_packet:
