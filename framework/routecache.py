@@ -21,7 +21,7 @@ not remember keys while some plugin authorizes (``broker.authorizes``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 from .hub import Hub, Peer
 from .message import Encoder
@@ -81,6 +81,41 @@ class RouteCache:
         stats.routed += 1
         stats.delivered += route[2]
         return True
+
+    def send_frames(
+        self,
+        frames: Iterable[bytes],
+        prefix: bytes,
+        separator: bytes,
+        limit: int,
+        other: Callable[[bytes], bool],
+    ) -> None:
+        """:meth:`send` for a slice of frames that carry their routing key as ``prefix``,
+        the key, ``separator``, and are at most ``limit`` bytes (sbus: ``MSG key\\0...``):
+        a frame on a remembered key goes to its recipients here, every other frame, in
+        order, to ``other(frame)``, which returns False to end the slice (its connection
+        closed). For a hot path: no call per remembered frame, counted once per slice."""
+        hub, sender, get = self.hub, self.sender, self.routes.get
+        start = len(prefix)
+        routed = delivered = 0
+        try:
+            for frame in frames:
+                if frame[:start] == prefix and len(frame) <= limit:
+                    end = frame.find(separator, start)
+                    route = get(frame[start:end]) if end >= start else None
+                    if route is not None and route[0] == hub.generation:
+                        hub.source = sender
+                        for send in route[1]:
+                            send(frame)
+                        routed += 1
+                        delivered += route[2]
+                        continue
+                if not other(frame):
+                    return
+        finally:
+            stats = hub.stats
+            stats.routed += routed
+            stats.delivered += delivered
 
     def remember(self, key: Hashable, topic: str) -> bool:
         """Remember who receives an MCAST on ``topic`` under ``key``, if every recipient

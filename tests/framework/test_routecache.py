@@ -149,3 +149,47 @@ def test_a_plugin_added_to_a_running_broker_invalidates_remembered_routes():
     assert not cache.send(b"t", b"x")  # through the hub, which the observer watches
     assert not routed_once(hub, cache, b"t", "t")
     assert seen == ["t"]
+
+
+def test_a_slice_of_keyed_frames_is_routed_in_order_and_counted_once():
+    hub = Hub()
+    me = pattern_peer(hub)
+    subscriber = pattern_peer(hub, "k")
+    cache = RouteCache(hub, me, encode_b)
+    routed_once(hub, cache, b"k", "k")
+    others: list[bytes] = []
+
+    def other(frame: bytes) -> bool:
+        others.append(frame)
+        subscriber.sent.append(b"(other)")
+        return frame != b"stop"
+
+    before = hub.stats.routed, hub.stats.delivered
+    frames = [b"P k|1", b"P j|x", b"P k|2", b"P k", b"Q k|3", b"P k|" + b"4" * 10, b"P k|5"]
+    cache.send_frames(iter(frames), b"P ", b"|", 8, other)
+    # remembered key k: sent here; unknown key j, no separator, another prefix, over the
+    # limit: to other(), in order
+    assert others == [b"P j|x", b"P k", b"Q k|3", b"P k|4444444444"]
+    assert subscriber.sent[1:] == [
+        b"P k|1",
+        b"(other)",
+        b"P k|2",
+        b"(other)",
+        b"(other)",
+        b"(other)",
+        b"P k|5",
+    ]
+    assert (hub.stats.routed, hub.stats.delivered) == (before[0] + 3, before[1] + 3)
+    cache.send_frames(iter([b"P k|6", b"stop", b"P k|never"]), b"P ", b"|", 8, other)
+    assert subscriber.sent[-2:] == [b"P k|6", b"(other)"]
+    assert hub.stats.routed == before[0] + 4
+
+
+def test_an_empty_key_is_a_key():
+    hub = Hub()
+    me = pattern_peer(hub)
+    subscriber = pattern_peer(hub, "")
+    cache = RouteCache(hub, me, encode_b)
+    routed_once(hub, cache, b"", "")
+    cache.send_frames(iter([b"P |x"]), b"P ", b"|", 100, lambda frame: True)
+    assert subscriber.sent[-1] == b"P |x"
