@@ -144,21 +144,19 @@ class SbusServerSession(ServerSession):
         self.packets_received((data,))
 
     def packets_received(self, packets: Iterable[bytes]) -> None:
-        """A read slice of packets, in order. The hot path is here, with nothing between
-        the transport's read loop and the recipients' outboxes but the route cache: a
-        publish whose recipients are remembered goes straight to them."""
-        max_packet, remembered = self.max_packet, self.routes.send
-        for data in packets:
-            if data[:4] == _MSG and len(data) <= max_packet:
-                nul = data.find(b"\0", 4)
-                if nul > 0 and remembered(data[4:nul], data):
-                    continue
-            self._packet(data)
+        """A read slice of packets, in order, up to a close. The hot path: the route cache
+        takes the slice, and a publish whose recipients are remembered goes straight from
+        the transport's read to their outboxes; every other packet comes back to
+        :meth:`_packet`."""
+        if not self.closed:
+            self.routes.send_frames(packets, _MSG, b"\0", self.max_packet, self._packet)
 
-    def _packet(self, data: bytes) -> None:
-        """A packet that is no publish on a remembered route."""
-        if self.closed:
-            return
+    def _packet(self, data: bytes) -> bool:
+        """A packet that is no publish on a remembered route; False once closed."""
+        self._handle(data)
+        return not self.closed
+
+    def _handle(self, data: bytes) -> None:
         if len(data) > self.max_packet:
             self._protocol_error(f"packet of more than {self.max_packet} bytes")
         elif data[:4] == _MSG:

@@ -334,3 +334,17 @@ def test_any_grouping_into_read_slices_gives_the_same_conversation(sizes):
         b"four",
         b"five",
     ]
+
+
+def test_nothing_in_a_slice_after_a_close_is_routed_even_on_a_remembered_key():
+    broker = make_broker()
+    subscriber = subscribed(broker, b"SUB k")
+    link = Link()
+    options = {"credentials": ALICE, "max_packet": 1000}
+    connection = Connection(broker, SbusServerSession, link, MemoryWire(), options=options)
+    connection.packets_received(iter([b"MSG k\0one"]))  # now remembered
+    connection.packets_received(iter([b"MSG k\0two", b"BAD", b"MSG k\0three", b"SUB x"]))
+    assert link.ended == [CloseReason.PROTOCOL_ERROR]
+    assert subscriber.received_packets() == [b"MSG k\0one", b"MSG k\0two"]
+    connection.packets_received(iter([b"MSG k\0four"]))  # closed: nothing more is taken
+    assert subscriber.received_packets() == []
