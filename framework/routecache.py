@@ -7,7 +7,9 @@ same few keys again and again (sbus's hot path) can skip all of it when nothing 
 those keys needs the hub: it routes the first message of a key through the hub as usual,
 then asks its :class:`RouteCache` to :meth:`~RouteCache.remember` the key, and hands every
 next frame to :meth:`~RouteCache.send`, which writes it to the remembered recipients
-directly and counts it as the hub would.
+directly and counts it as the hub would — or a whole read slice to
+:meth:`~RouteCache.send_frames`, which does the same for every frame on a remembered key
+without a call per frame, and gives the others back to the protocol.
 
 A key is remembered only when the frame that came in is what every recipient gets: all of
 them pattern subscribers (:meth:`Hub.subscribe_pattern`) of the sender's own encoder, no
