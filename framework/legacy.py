@@ -98,7 +98,7 @@ class BrokerProtocol(Protocol):
 
     # Link
     def close_transport(self, reason: CloseReason) -> None:
-        self.close_connection(str(reason))
+        self.close_connection(self.session.close_text or str(reason))
 
     def abort(self) -> None:
         self.transport.abortConnection()  # type: ignore[union-attr]
@@ -158,3 +158,68 @@ class BrokerFactory(Factory):
 
     def doStop(self) -> None:
         self.numPorts -= 1
+
+
+class LegacyLink:
+    """TRANSITIONAL: a Link for adapters that still close through a ``closer(reason)``."""
+
+    def __init__(self, transport: Any, closer: Any) -> None:
+        self.transport = transport
+        self.closer = closer
+
+    session: Any = None
+
+    def close_transport(self, reason: CloseReason) -> None:
+        text = self.session.close_text if self.session is not None else None
+        self.closer(text or str(reason))
+
+    def abort(self) -> None:
+        self.transport.abortConnection()
+
+    def pause_reading(self) -> None:
+        reader = reading_transport(self.transport)
+        if reader is not None:
+            reader.pauseProducing()
+
+    def resume_reading(self) -> None:
+        reader = reading_transport(self.transport)
+        if reader is not None:
+            reader.resumeProducing()
+
+    def certificate_names(self) -> frozenset[str] | None:
+        return peer_names(self.transport)
+
+
+class OutboxOutput:
+    """TRANSITIONAL: sbus's outbox as an Output."""
+
+    def __init__(self, outbox: Any) -> None:
+        self.outbox = outbox
+        self.send = outbox.offer
+        self.reply = outbox.reply
+        self.measure = outbox.measure
+        self.cut = outbox.cut
+
+    def flush(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.outbox.close()
+
+
+def open_legacy_session(
+    broker: Any, protocol: str, encode: Any, transport: Any, closer: Any, host: str,
+    output: Any = None,
+) -> Any:
+    """TRANSITIONAL: ``broker.open_session`` with the old arguments."""
+    link = LegacyLink(transport, closer)
+    link.session = broker.open_session(
+        protocol=protocol,
+        encode=encode,
+        link=link,
+        host=host,
+        make_output=lambda s: output
+        if output is not None
+        else TransportOutput(s, transport, broker.policy, broker.batcher, broker.output_budget),
+    )
+    return link.session

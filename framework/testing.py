@@ -78,7 +78,10 @@ class FakeConnection:
     @property
     def session(self) -> Any:
         """The broker's :class:`~msgbroker.session.Session` of this connection."""
-        return self.protocol.connection.session
+        connection = getattr(self.protocol, "connection", None)
+        if connection is None:  # TRANSITIONAL (issue 13): adapters on msgbroker.legacy
+            return self.protocol.session
+        return connection.session
 
     @property
     def server(self) -> Any:

@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from msgbroker.errors import LimitExceeded, RemoteProtocolError
+from msgbroker.legacy import OutboxOutput, open_legacy_session
 from msgbroker.message import Kind, Message
 
 from . import codec
@@ -79,15 +80,11 @@ class SbusServerProtocol(Protocol):
         transport: Any = self.transport
         credentials = self.credentials = transport.credentials
         self.identity = f"sbus:{credentials.uid}:{credentials.pid}"
-        session = self.session = self.broker.open_session(
-            protocol=NAME,
-            encode=encode_message,
-            transport=transport,
-            closer=self._close,
-            host="",
+        session = self.session = open_legacy_session(
+            self.broker, NAME, encode_message, transport, self._close, "",
+            output=OutboxOutput(transport.outbox),
         )
         session.identity = self.identity
-        session.send = transport.outbox.offer
         session.data["sbus.credentials"] = credentials
         outbox = transport.outbox
         broker = self.broker

@@ -26,6 +26,7 @@ from twisted.logger import Logger
 
 from msgbroker.connection import no_delay
 from msgbroker.errors import RemoteProtocolError
+from msgbroker.legacy import open_legacy_session
 from msgbroker.tls import peer_names
 
 from . import codec
@@ -90,12 +91,13 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
         peer = transport.getPeer()
         # from the TCP connection on, not the WebSocket's open: connections in their
         # handshake count against the limits, and shutdown finds them
-        self.session = broker.open_session(
-            protocol="stmp",
-            encode=delivery_encoder("text", Encoding.JSON),
-            transport=self.transport,
-            closer=self._close,
-            host=getattr(peer, "host", "") or "",
+        self.session = open_legacy_session(
+            broker,
+            "stmp",
+            delivery_encoder("text", Encoding.JSON),
+            self.transport,
+            self._close,
+            getattr(peer, "host", "") or "",
         )
         self._head_limit = broker.config.prelogin_max_frame
         self._head: list[bytes] = []  # the request head so far, in chunks

@@ -275,7 +275,7 @@ def test_policy_ignores_what_is_not_flood_control(key):
 
 
 def test_outboxes_share_the_brokers_output_budget_and_the_largest_is_cut_first():
-    from msgbroker.session import OutputBudget
+    from msgbroker.output import OutputBudget
 
     budget = OutputBudget(5000)
     big, small = Pair(hard="error"), Pair(hard="error")
@@ -300,7 +300,7 @@ def test_outboxes_share_the_brokers_output_budget_and_the_largest_is_cut_first()
 
 
 def test_a_discarding_outbox_over_the_output_budget_drops_and_keeps_its_backlog():
-    from msgbroker.session import OutputBudget
+    from msgbroker.output import OutputBudget
 
     budget = OutputBudget(1000)
     pair = Pair(hard="discard")
