@@ -320,7 +320,7 @@ class MM2ServerProtocol(BrokerProtocol):
             held.append((piece, queued))
             self._held_bytes += len(piece) + HELD_OVERHEAD
         self._release()
-        policy = self.session.policy
+        policy = self.broker.policy
         if self._held_bytes <= policy.max_backlog:  # what the window keeps back
             return
         if policy.drop:  # --slow-consumer drop: the newest that do not fit are discarded

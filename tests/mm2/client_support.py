@@ -387,7 +387,8 @@ def broker_connection(target: BrokerTarget, identity: str) -> Any:
     the reactor thread: read it there, through ``target.call``)."""
     session = target.running.service.broker.hub.lookup(identity)
     assert session is not None, f"nobody is logged in as {identity!r}"
-    return session.closer.__self__  # the protocol's close_connection
+    # the server session (its Connection's), or a protocol on the transitional shim
+    return getattr(session.link, "server", session.link)
 
 
 #: what :func:`settle` sends itself (valid JSON, so it also goes with ``json`` active)

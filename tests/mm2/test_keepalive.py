@@ -65,9 +65,10 @@ def server_socket_options(running, client_port):
     def read():
         for session in broker.sessions:
             # found without the code under test: TCP's handle, or TLS's transport's
-            sock = session.transport.getHandle()
+            glue = getattr(session.link, "transport_link", session.link)
+            sock = glue.transport.getHandle()
             if not isinstance(sock, socket.socket):
-                sock = session.transport.transport.getHandle()
+                sock = glue.transport.transport.getHandle()
             if sock.getpeername()[1] == client_port:
                 return (
                     sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
