@@ -46,7 +46,7 @@ from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory
 
-from msgbroker.plugins.ssmp.client import _TLSEndpoint, client_tls_options
+from msgbroker.clientkit.tls import TLSClientEndpoint, client_tls_options
 
 from .blocking import BlockingMM2Client
 from .client_common import (
@@ -127,7 +127,7 @@ def connect(
         if tls is True:
             tls = client_tls_options(endpoint_or_host)
     if tls is not None and tls is not False:
-        endpoint = _TLSEndpoint(tls, endpoint, reactor)
+        endpoint = TLSClientEndpoint(tls, endpoint, reactor)
     options.setdefault("clock", reactor)
     factory = MM2ClientFactory(protocol_class or MM2ClientProtocol, identity=identity, **options)
     proto = yield endpoint.connect(factory)

@@ -49,8 +49,8 @@ from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
+from msgbroker.clientkit.tls import TLSClientEndpoint, client_tls_options
 from msgbroker.errors import RemoteProtocolError
-from msgbroker.plugins.ssmp.client import _TLSEndpoint, client_tls_options
 
 from . import codec
 from .blocking import BlockingSTMPClient
@@ -183,7 +183,7 @@ def connect(
             tls = client_tls_options(endpoint_or_host)
     secure = tls is not None and tls is not False
     if secure:
-        endpoint = _TLSEndpoint(tls, endpoint, reactor)
+        endpoint = TLSClientEndpoint(tls, endpoint, reactor)
     options.setdefault("clock", reactor)
     factory: Any
     if ws:

@@ -182,14 +182,14 @@ def test_twisted_keepalive_ping_after_idle_then_pong_keeps_the_connection(broker
         """Advance the clock; when the client last pinged (read in the reactor thread, before
         a PONG can arrive)."""
         clock.advance(seconds)
-        return alice._pinged_at
+        return alice.session.pinged_at
 
     assert broker.call(advance, 29.9) is None  # not idle long enough yet
     assert broker.call(advance, 0.1) == 30.0  # PING sent
     broker.call(pongs.get)  # the broker's PONG arrived
-    assert alice._pinged_at is None
+    assert alice.session.pinged_at is None
     assert broker.call(advance, 30) == 60.0  # idle again: a new PING, no close
-    assert not alice._lost
+    assert not alice.closed
     broker.call(pongs.get)
     assert broker.call(alice.ping) is None
 
@@ -376,7 +376,7 @@ def test_blocking_keepalive_pong_keeps_the_connection(broker):
     with BlockingSSMPClient(broker.host, broker.port, "alice", keepalive=0.1) as alice:
         # five keepalive intervals: it pinged and got its PONGs (else it would have closed)
         assert alice.next_event(timeout=0.5) is None
-        assert alice._pongs_sent >= 2
+        assert alice.pings_sent >= 2
         alice.ping()
 
 
