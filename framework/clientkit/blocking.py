@@ -211,17 +211,23 @@ class BlockingClient:
         its value, or its error raised. ``timeout``: give up after that long — the
         connection is closed (a late answer would be taken for the next one's) and
         ``TimeoutError("no {what} within ...")`` raised."""
-        self._handle(self.session.events())
-        self._flush()
         deadline = None if timeout is None else self._now() + timeout
-        while token not in self._answers:
-            if not self._receive(deadline):
-                self._shut()
-                raise TimeoutError(f"no {what} within {timeout:g} s")
+        if not self._read_until(lambda: token in self._answers, deadline):
+            self._shut()
+            raise TimeoutError(f"no {what} within {timeout:g} s")
         answer = self._answers.pop(token)
         if isinstance(answer, Failed):
             raise answer.error
         return answer.value
+
+    def _read_until(self, done: Callable[[], bool], deadline: float | None = None) -> bool:
+        """Send what the session wrote and read until ``done()``; False if ``deadline``
+        passed first."""
+        self._sent()
+        while not done():
+            if not self._receive(deadline):
+                return False
+        return True
 
     def _sent(self) -> None:
         """Send what the session wrote (a request that gets no answer)."""
@@ -244,8 +250,8 @@ class BlockingClient:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _receive(self, deadline: float | None, poll: bool = False) -> bool:
-        """Read and handle one chunk; False if ``deadline`` passed first (``poll``: only
-        what is there now). Runs the session's timers that are due."""
+        """Read and handle one chunk, or run the session's timers that are due; False if
+        ``deadline`` passed first (``poll``: only what is there now)."""
         while True:
             self._check_open()
             now = self._now()
@@ -253,7 +259,7 @@ class BlockingClient:
             if due is not None and now >= due:
                 self._handle(self.session.tick(now))
                 self._flush()
-                continue
+                return True  # the caller sees what the timers did (a request timed out)
             if not poll and deadline is not None and now >= deadline:
                 return False
             wait: float | None = 0.0

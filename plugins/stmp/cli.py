@@ -45,8 +45,8 @@ from msgbroker.plugins.ssmp.cli import (
 )
 
 from .client import BlockingSTMPClient, Delivery, STMPConnectionClosed, STMPError
+from .client_common import DEFAULT_PORT, DEFAULT_WS_PORT, HEARTBEAT, decoded, status_name
 from .codec import Encoding, Status, parse_action
-from .common import DEFAULT_PORT, DEFAULT_WS_PORT, HEARTBEAT, decoded, status_name
 
 NAME = "stmp"
 HELP = "STMP 0.1 client: subscribe, publish, call an action (TCP or WebSocket)"

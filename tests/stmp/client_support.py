@@ -464,21 +464,22 @@ def twisted_client(server: Target, **options: Any) -> Any:
 
 def when_handled(thread: Any, proto: Any, predicate: Callable[[], Any]) -> Any:
     """Wait until ``predicate()`` (about the Twisted client's state) holds: checked in the
-    reactor thread right after the client handles each message, so nothing polls."""
+    reactor thread right after the client handles what its transport delivers (bytes or a
+    WebSocket message), so nothing polls."""
 
     def install() -> Any:
         if predicate():
             return True
         done: defer.Deferred[bool] = defer.Deferred()
-        handle = proto._stmp_received
+        handle = proto._transport_data
 
-        def observed(message: Any) -> None:
-            handle(message)
+        def observed(unit: Any) -> None:
+            handle(unit)
             if not done.called and predicate():
-                proto._stmp_received = handle
+                proto._transport_data = handle
                 done.callback(True)
 
-        proto._stmp_received = observed
+        proto._transport_data = observed
         return done
 
     return thread.call(install)

@@ -14,9 +14,9 @@ import time
 import msgpack
 import pytest
 
+from msgbroker.clientkit.websocket import WebSocketReader, ws_frame, ws_mask
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.stmp import payloads
-from msgbroker.plugins.stmp.blocking_ws import WebSocketReader, ws_frame, ws_mask
 from msgbroker.plugins.stmp.client import (
     BlockingSTMPClient,
     Delivery,
@@ -136,7 +136,7 @@ def test_blocking_heartbeat(thread):
 def test_blocking_gives_up_on_a_silent_server(server):
     with blocking_client(server, identity="alice", heartbeat=0.1) as client:
         started = time.monotonic()
-        with pytest.raises(STMPConnectionClosed, match="nothing from the broker"):
+        with pytest.raises(STMPConnectionClosed, match="nothing from the server"):
             client.next_delivery(5)
         assert time.monotonic() - started < 2
 

@@ -194,7 +194,7 @@ def test_twisted_over_tls(pki, tls_target):
 
 
 def test_connect_defaults_to_4445_and_4446_for_websocket(thread, monkeypatch):
-    from msgbroker.plugins.stmp import client as client_module
+    from msgbroker.clientkit import protocol as client_module  # where connect's endpoint is made
 
     seen = []
 

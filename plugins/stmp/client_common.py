@@ -1,7 +1,7 @@
-"""What both STMP clients (:mod:`.client`, Twisted, and :mod:`.blocking`) share, whatever
-the transport: default ports and timeouts, errors, :class:`Delivery`, request ids and late
-replies, request payloads, the version check. :mod:`msgbroker.plugins.stmp.client`
-re-exports the public names; import from there.
+"""What the STMP client session (:mod:`.client_session`) is made of, with no state of its
+own: default ports and timeouts, errors, :class:`Delivery`, request ids and late replies,
+request payloads, the version check. :mod:`msgbroker.plugins.stmp.client` re-exports the
+public names; import from there.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from attrs import frozen
 
+from msgbroker.clientkit.session import ConnectionClosed
 from msgbroker.errors import RemoteProtocolError
 
 from . import codec, payloads
@@ -72,11 +73,11 @@ class STMPError(Exception):
         return text
 
 
-class STMPConnectionClosed(ConnectionError):
+class STMPConnectionClosed(ConnectionClosed):
     """The connection ended (or was never usable) before the request was answered."""
 
 
-# -- what both clients share -------------------------------------------------------------------
+# -- values ------------------------------------------------------------------------------------
 
 
 @frozen
