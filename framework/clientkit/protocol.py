@@ -165,8 +165,9 @@ class SessionDriver:
             d.callback(value)
 
     def _abandon(self) -> None:
-        """Give the connection up at once (a failed login, say)."""
-        if not self._lost:
+        """Give the connection up at once (a failed login, say); a session that ended is
+        closing already, its goodbye (an ERROR frame) on the way."""
+        if not self._lost and not self.session.ended:
             self._drop(abort=True)
 
     # -- for the transport's glue ---------------------------------------------------------------

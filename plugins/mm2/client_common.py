@@ -1,7 +1,6 @@
-"""What both Micromessage2 clients (:mod:`.client`, Twisted, and :mod:`.blocking`) share,
-whatever the transport, and without Twisted: the default port and timeout, the errors, the
-received :class:`Message`, the step-3 plan of the handshake, and checking what the caller
-asks to send. The connection's logic itself is :mod:`.client_session`'s.
+"""What the Micromessage2 client session (:mod:`.client_session`) is made of, with no state
+of its own: the default port and timeout, the errors, the received :class:`Message`, the
+step-3 plan of the handshake, and checking what the caller asks to send.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from msgbroker.clientkit.session import ConnectionClosed
 from msgbroker.errors import RemoteProtocolError
 
 from .codec import (
@@ -71,7 +71,7 @@ class MM2HandshakeRefused(MM2Error):
         super().__init__(f"{reason} (the server {server.identity!r} requires {required})")
 
 
-class MM2ConnectionClosed(MM2Error, ConnectionError):
+class MM2ConnectionClosed(MM2Error, ConnectionClosed):
     """The connection ended (or was never usable) before the operation completed."""
 
 

@@ -89,25 +89,24 @@ class BlockingSTMPClient(BlockingClient):
         port = port if port is not None else (DEFAULT_WS_PORT if ws else DEFAULT_PORT)
         self._deliveries: deque[Delivery] = deque()
         self._notifies: deque[Notify] = deque()
+        wire = WebSocketWire(max_payload, binary_frames) if ws else BinaryWire(max_payload)
+        session = STMPClientSession(wire, encoding=encoding, timeout=timeout, heartbeat=heartbeat)
         deadline = clock() + timeout
         sock = open_tcp(
             host, port, timeout=timeout, ssl_context=ssl_context, server_hostname=server_hostname
         )
         channel: StreamChannel
-        wire: BinaryWire | WebSocketWire
         try:
             if ws:
                 channel = WebSocketChannel(
                     sock, host, port, path, max_message=max_payload + 64, deadline=deadline,
                     closed_error=STMPConnectionClosed, clock=clock,
                 )  # fmt: skip
-                wire = WebSocketWire(max_payload, binary_frames)
             else:
-                channel, wire = StreamChannel(sock), BinaryWire(max_payload)
+                channel = StreamChannel(sock)
         except BaseException:
             sock.close()
             raise
-        session = STMPClientSession(wire, encoding=encoding, timeout=timeout, heartbeat=heartbeat)
         super().__init__(session, channel, timeout=timeout, clock=clock)
         try:
             self._read_until(lambda: session.ready)
