@@ -164,6 +164,12 @@ class SessionDriver:
         for d in waiters:
             d.callback(value)
 
+    def _abort(self, error: BaseException) -> None:
+        """End the session with ``error`` and close at once."""
+        if self.session.error is None:
+            self.session.lost(error)
+            self._end(Ended(error))
+
     def _abandon(self) -> None:
         """Give the connection up at once (a failed login, say); a session that ended is
         closing already, its goodbye (an ERROR frame) on the way."""
