@@ -11,6 +11,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
+from msgbroker.clientkit.testing import WAIT, FakeServer
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.ssmp.client import (
     BlockingSSMPClient,
@@ -21,7 +22,33 @@ from msgbroker.plugins.ssmp.client import (
     SSMPError,
     connect,
 )
-from tests.ssmp.e2e_support import Inbox, ScriptedServer, running_broker
+from tests.ssmp.e2e_support import Inbox, reactor_thread, running_broker
+
+
+class ScriptedServer(FakeServer):
+    """A fake SSMP server on a loopback port: it accepts one connection, answers its first
+    line (the LOGIN) with ``200`` followed by ``script``, then records what the client sends
+    until the client closes."""
+
+    def __init__(self, script: bytes = b"") -> None:
+        super().__init__(reactor_thread())
+        self.script = script
+        self.sent_to_it = b""
+        self.start()
+
+    def connected(self, conn):
+        self.stop_listening()
+
+    def received(self, conn, data):
+        answered = b"\n" in self.sent_to_it
+        self.sent_to_it += data
+        if not answered and b"\n" in self.sent_to_it:
+            conn.write(b"200\n" + self.script)
+
+    def wait_closed(self, timeout: float = WAIT) -> bytes:
+        """Wait until the client closed the connection; what it sent."""
+        self.wait(lambda: self.ended(0), timeout)
+        return self.sent_to_it
 
 
 @pytest.fixture
