@@ -21,12 +21,14 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, TypeVar
 
 from msgbroker.errors import RemoteProtocolError
 
 from .session import Answered, ClientSession, ConnectionClosed, Ended, Failed
+
+T = TypeVar("T")
 
 __all__ = [
     "BlockingClient",
@@ -242,6 +244,14 @@ class BlockingClient:
             if not self._receive(deadline, poll=timeout == 0):
                 return None
         return queue.popleft()
+
+    def _every(self, take: Callable[[], T | None]) -> Iterator[T]:
+        """Everything ``take()`` (a ``next_...`` method, waiting as long as it takes) gives,
+        until the connection ends (which raises)."""
+        while True:
+            item = take()
+            if item is not None:
+                yield item
 
     def _check_open(self) -> None:
         if self.closed:

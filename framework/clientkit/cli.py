@@ -53,10 +53,15 @@ __all__ = [
     "CA",
     "HOST",
     "KEY",
+    "LOGIN",
     "SCHEME",
     "SECRET_FILE",
+    "TLS_FILES",
     "ClientCommand",
     "Option",
+    "add_send",
+    "add_sub",
+    "add_topic_sub",
     "cert",
     "identity",
     "message_argument",
@@ -153,9 +158,67 @@ def tls(text: str = "connect with TLS") -> Option:
     return Option(("--tls",), {"action": "store_true", "help": text})
 
 
+#: the login options of a protocol with schemes, and the TLS files
+LOGIN = (SCHEME, SECRET_FILE)
+TLS_FILES = (CA, cert(), KEY)
+
+
 def message_argument(value: str) -> bytes:
     """A message as typed: the bytes the user typed, even if not valid UTF-8."""
     return os.fsencode(value)
+
+
+def add_sub(
+    add: Callable[..., argparse.ArgumentParser],
+    dest: str,
+    metavar: str,
+    kind: Callable[[str], Any] = str,
+    *,
+    description: str,
+    help: str | None = None,  # noqa: A002 (argparse's name)
+    presence: bool = False,
+) -> argparse.ArgumentParser:
+    """The ``sub`` action: one or more ``metavar`` (into ``args.<dest>``); with
+    ``presence``, ``--presence``."""
+    sub = add("sub", help=help or f"print messages sent to {metavar} until Ctrl-C",
+              description=description)  # fmt: skip
+    sub.add_argument(dest, nargs="+", type=kind, metavar=metavar)
+    if presence:
+        sub.add_argument("--presence", action="store_true",
+                         help="also print 'ID joined|left TOPIC'")  # fmt: skip
+    return sub
+
+
+def add_topic_sub(
+    add: Callable[..., argparse.ArgumentParser], kind: Callable[[str], Any], payload: str
+) -> argparse.ArgumentParser:
+    """The ``sub`` action of a topic protocol (``args.topics``, ``--presence``), whose
+    lines are ``SENDER TOPIC PAYLOAD`` (see :meth:`ClientCommand.follow_topics`)."""
+    return add_sub(
+        add, "topics", "TOPIC", kind, presence=True,
+        description=f"Print each message as 'SENDER TOPIC {payload}' (unicasts to this client "
+        f"as 'SENDER @ID {payload}', broadcasts as 'SENDER * {payload}') until Ctrl-C.",
+    )  # fmt: skip
+
+
+def add_send(
+    add: Callable[..., argparse.ArgumentParser],
+    name: str,
+    help: str,  # noqa: A002 (argparse's name)
+    target: tuple[str, str, Callable[[str], Any]] | None = None,
+    *,
+    metavar: str = "MESSAGE",
+    text: str = "the payload; - reads lines from stdin",
+    **settings: Any,
+) -> argparse.ArgumentParser:
+    """An action sending a message (``pub``): ``target`` is where to, ``(dest, metavar,
+    type)``, then the message (``args.message``, bytes; ``-``: lines of stdin)."""
+    action = add(name, help=help, **settings)
+    if target is not None:
+        dest, target_metavar, kind = target
+        action.add_argument(dest, type=kind, metavar=target_metavar)
+    action.add_argument("message", type=message_argument, metavar=metavar, help=text)
+    return action
 
 
 # -- what running needs --------------------------------------------------------------------------
@@ -366,6 +429,25 @@ class ClientCommand:
     def where(self, args: argparse.Namespace) -> str:
         """The broker, as the error lines name it."""
         return f"{args.host}:{args.port}"
+
+    def login(self, args: argparse.Namespace) -> tuple[str, str, bytes | None]:
+        """(identity, scheme, credential) from ``--id``, ``--scheme``, ``--secret-file``
+        and ``--cert``, the defaults filled in; also kept as ``args.login`` and
+        ``args.scheme`` for the error lines."""
+        args.scheme = login_scheme(args)
+        args.login = args.id or default_identity(args, args.scheme)
+        return args.login, args.scheme, credential(args, args.scheme)
+
+    def follow_topics(self, args: argparse.Namespace, client: Any, lines: Iterable[str]) -> int:
+        """:meth:`follow` for a client with ``subscribe(topic, presence=...)`` and an
+        ``identity``: subscribes to ``args.topics`` (``--presence``)."""
+
+        def subscribe() -> tuple[str, str]:
+            for topic in args.topics:
+                client.subscribe(topic, presence=args.presence)
+            return " ".join(args.topics), str(client.identity)
+
+        return self.follow(args, subscribe, lines)
 
     def follow(
         self,

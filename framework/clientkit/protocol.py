@@ -148,6 +148,13 @@ class SessionDriver:
     def _dispatch(self, event: Any) -> None:
         """An event of the protocol's own (a delivery, a notice): hand it on."""
 
+    def _use_handlers(self, **handlers: Callable[[Any], Any] | None) -> None:
+        """Event handlers given to the constructor (``on_message=...``) replace the methods
+        of those names, which a subclass may override instead."""
+        for name, handler in handlers.items():
+            if handler is not None:
+                setattr(self, name, handler)
+
     def _deliver(self, handler: Callable[[Any], Any], event: Any) -> Any:
         """``handler(event)``; a failing handler is logged, not fatal. Its result."""
         try:

@@ -32,6 +32,7 @@ __all__ = [
     "ConnectionClosed",
     "Ended",
     "Failed",
+    "SessionAttribute",
     "Timers",
 ]
 
@@ -64,6 +65,21 @@ class Ended:
 
     error: BaseException
     abort: bool = True
+
+
+class SessionAttribute:
+    """A client's read-only attribute that is its session's of the same name (its
+    ``session`` attribute): ``identity = SessionAttribute("who the broker accepted")``."""
+
+    def __init__(self, doc: str = "") -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, client: Any, owner: type | None = None) -> Any:
+        return self if client is None else getattr(client.session, self.name)
 
 
 K = TypeVar("K", bound=Hashable)

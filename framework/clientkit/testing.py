@@ -304,9 +304,21 @@ class _WebSocket(WebSocketServerProtocol):
 
 
 @implementer(IReadDescriptor)
-class _PacketPort:
-    """A listening unix seqpacket socket in a temporary directory, in the reactor (which
-    has no such transport): each client becomes a :class:`_Packets`."""
+class _Reader:
+    """A socket the reactor reads (it has no seqpacket transport)."""
+
+    sock: socket.socket
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def logPrefix(self) -> str:
+        return "FakeServer"
+
+
+class _PacketPort(_Reader):
+    """A listening unix seqpacket socket in a temporary directory: each client becomes a
+    :class:`_Packets`."""
 
     def __init__(self, server: FakeServer, reactor: Any) -> None:
         self.server = server
@@ -317,12 +329,6 @@ class _PacketPort:
         self.sock.bind(self.path)
         self.sock.listen(16)
         reactor.addReader(self)
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def logPrefix(self) -> str:
-        return "FakeServer"
 
     def doRead(self) -> None:
         while True:
@@ -343,8 +349,7 @@ class _PacketPort:
             os.rmdir(self.directory)
 
 
-@implementer(IReadDescriptor)
-class _Packets:
+class _Packets(_Reader):
     """One client of a :class:`_PacketPort`: a packet a read, a packet a write (test
     packets are small, so a blocking send is fine)."""
 
@@ -354,12 +359,6 @@ class _Packets:
         sock.setblocking(False)
         self.conn = server._opened(self)
         reactor.addReader(self)
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def logPrefix(self) -> str:
-        return "FakeServer"
 
     def doRead(self) -> None:
         while not self.conn.closed:

@@ -10,43 +10,26 @@ from __future__ import annotations
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from msgbroker.clientkit.blocking import BlockingClient, StreamChannel, open_tcp
 
-from .client_common import (
-    DEFAULT_OPTIONAL,
-    DEFAULT_PORT,
-    DEFAULT_REQUIRED,
-    TIMEOUT,
-    ExtensionSpec,
-    Message,
-    MM2Timeout,
-)
+from . import client_common as common
+from .client_common import ExtensionSpec, Message
 from .client_session import ClientSession, ExtensionReceived
-from .codec import (
-    DEFAULT_MAX_MESSAGE,
-    DEFAULT_MAX_PAYLOAD,
-    FRAGMENT_SIZE,
-    ActiveExtensions,
-    Command,
-    Filter,
-    PropertyValue,
-)
 
 
-class BlockingMM2Client(BlockingClient):
+class BlockingMM2Client(common.MM2Commands, BlockingClient):
     """A blocking Micromessage2 client over TCP, plain or TLS (``ssl_context``). The
     handshake runs on construction: :class:`~.client_common.MM2HandshakeRefused`,
-    :class:`~.client_common.MM2ServerError` or :class:`MM2Timeout` when it fails. Not
+    :class:`~.client_common.MM2ServerError` or :class:`common.MM2Timeout` when it fails. Not
     thread-safe.
 
     ``identity``, ``required``, ``optional``, ``supported`` and ``accept_suggested`` are
     :class:`~.client_session.ClientSession`'s. :meth:`publish` blocks while the ack window
     is full, reading the server's acks, up to ``timeout`` seconds (then
-    :class:`MM2Timeout`, and the message is not sent). Messages that arrive meanwhile are
+    :class:`common.MM2Timeout`, and the message is not sent). Messages that arrive meanwhile are
     queued for :meth:`next_message`; with an ack extension active, a message handed out by
     :meth:`next_message` counts as handled (``auto_ack=False``: when passed to :meth:`ack`),
     and one cumulative ack goes out when nothing more is queued or a window's worth is
@@ -62,30 +45,22 @@ class BlockingMM2Client(BlockingClient):
         host: str,
         port: int | None = None,
         identity: str = "",
-        required: Iterable[ExtensionSpec] = DEFAULT_REQUIRED,
-        optional: Iterable[ExtensionSpec] = DEFAULT_OPTIONAL,
+        required: Iterable[ExtensionSpec] = common.DEFAULT_REQUIRED,
+        optional: Iterable[ExtensionSpec] = common.DEFAULT_OPTIONAL,
         *,
-        supported: Iterable[str] = (),
-        accept_suggested: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
-        timeout: float = TIMEOUT,
+        timeout: float = common.TIMEOUT,
         auto_ack: bool = True,
-        max_payload: int = DEFAULT_MAX_PAYLOAD,
-        max_message: int = DEFAULT_MAX_MESSAGE,
-        fragment_size: int = FRAGMENT_SIZE,
         clock: Callable[[], float] = time.monotonic,
+        **session_options: Any,
     ) -> None:
         self.auto_ack = auto_ack
         self._messages: deque[Message] = deque()
         self._extensions: deque[ExtensionReceived] = deque()
-        session = ClientSession(
-            identity, required, optional, supported=supported,
-            accept_suggested=accept_suggested, max_payload=max_payload,
-            max_message=max_message, fragment_size=fragment_size, timeout=timeout,
-        )  # fmt: skip
+        session = ClientSession(identity, required, optional, timeout=timeout, **session_options)
         sock = open_tcp(
-            host, DEFAULT_PORT if port is None else port, timeout=timeout,
+            host, common.DEFAULT_PORT if port is None else port, timeout=timeout,
             ssl_context=ssl_context, server_hostname=server_hostname,
         )  # fmt: skip
         super().__init__(session, StreamChannel(sock), timeout=timeout, clock=clock)
@@ -95,73 +70,23 @@ class BlockingMM2Client(BlockingClient):
             self._shut()
             raise
 
-    @property
-    def active(self) -> ActiveExtensions:
-        return self.session.active
-
-    @property
-    def unacked(self) -> int:
-        """Published messages the server has not acknowledged yet."""
-        return self.session.unacked
-
     # -- sending -----------------------------------------------------------------------------
 
-    def publish(
-        self,
-        destination: str,
-        payload: Any,
-        properties: Mapping[str, PropertyValue | datetime] | None = None,
-        *,
-        type_name: str | None = None,
-        timeout: float | None = None,
-    ) -> int:
-        """Send a MESSAGE once the window has room; its seq. ``payload`` is bytes, or with
-        ``json`` active any JSON value; ``type_name`` needs ``dotnet``. ValueError or
-        TypeError for what cannot be sent; :class:`MM2Timeout` when no room came within
-        ``timeout`` seconds (default: the client's)."""
+    def _publish(self, message: tuple[Any, ...], timeout: float | None) -> int:
+        """Once the window has room (reading the server's acks); its seq.
+        :class:`common.MM2Timeout` when no room came within ``timeout``: nothing is sent."""
         self._check_open()
-        message = self.session.prepare(destination, payload, properties, type_name)
+        prepared = self.session.prepare(*message)
         wait = self.timeout if timeout is None else timeout
         if not self._read_until(lambda: self.session.has_room, self._now() + wait):
-            raise MM2Timeout(f"no room in the ack window within {wait:g} s")
-        seq = self.session.send(message)
+            raise common.MM2Timeout(f"no room in the ack window within {wait:g} s")
+        seq = self.session.send(prepared)
         self._sent()
         return seq
 
-    def unicast(
-        self,
-        identity: str,
-        payload: Any,
-        properties: Mapping[str, PropertyValue | datetime] | None = None,
-        **kw: Any,
-    ) -> int:
-        """:meth:`publish` to ``@identity``."""
-        return self.publish(f"@{identity}", payload, properties, **kw)
-
-    def subscribe(
-        self, destination: str, queue: str | None = None, filters: Iterable[Filter | str] = ()
-    ) -> None:
-        """Write a ``subscribe`` command; filters are :class:`Filter` values or their text
-        (``"price>=N10"``). No reply comes: it takes effect before any later frame."""
+    def _command(self, write: Callable[[], object]) -> None:
         self._check_open()
-        self.session.subscribe(destination, queue, filters)
-        self._sent()
-
-    def unsubscribe(self, destination: str) -> None:
-        self._check_open()
-        self.session.unsubscribe(destination)
-        self._sent()
-
-    def command(self, command: Command) -> None:
-        """Write any COMMAND frame."""
-        self._check_open()
-        self.session.command(command)
-        self._sent()
-
-    def send_extension(self, name: str, payload: bytes) -> None:
-        """Write an EXTENSION frame of the active extension ``name``."""
-        self._check_open()
-        self.session.send_extension(name, payload)
+        write()
         self._sent()
 
     def wait_acked(self, timeout: float | None = None) -> bool:
@@ -187,10 +112,7 @@ class BlockingMM2Client(BlockingClient):
 
     def messages(self) -> Iterator[Message]:
         """Every message, as it arrives, until the connection ends (which raises)."""
-        while True:
-            message = self.next_message()
-            if message is not None:
-                yield message
+        return self._every(self.next_message)
 
     def ack(self, message: Message) -> None:
         """With ``auto_ack=False``: ``message`` is handled; acknowledge it (and the earlier

@@ -35,19 +35,9 @@ from msgbroker.cli import CommandError
 from msgbroker.clientkit import cli as kit
 from msgbroker.errors import RemoteProtocolError
 
+from . import client_common as common
 from .blocking import BlockingMM2Client
-from .client_common import (
-    DEFAULT_OPTIONAL,
-    DEFAULT_PORT,
-    DEFAULT_REQUIRED,
-    ExtensionSpec,
-    Message,
-    MM2ConnectionClosed,
-    MM2Error,
-    MM2HandshakeRefused,
-    MM2ServerError,
-    MM2Timeout,
-)
+from .client_common import DEFAULT_OPTIONAL, DEFAULT_PORT, DEFAULT_REQUIRED, ExtensionSpec, Message
 from .codec import Filter, PropertyValue, encode_value, parse_filter, parse_value
 from .properties import FIELD_RE, is_valid_name
 
@@ -143,12 +133,11 @@ class MM2Command(kit.ClientCommand):
     )  # fmt: skip
 
     def add_actions(self, add: Any) -> None:
-        sub = add(
-            "sub", help="print messages sent to DESTINATION until Ctrl-C",
+        sub = kit.add_sub(
+            add, "destinations", "DESTINATION", _destination,
             description="Print each message as 'DESTINATION [KEY=VALUE ...] PAYLOAD' (unicasts "
             "to this client as '@SENDER ...') until Ctrl-C.",
         )  # fmt: skip
-        sub.add_argument("destinations", nargs="+", type=_destination, metavar="DESTINATION")
         sub.add_argument(
             "--filter", dest="filters", action="append", type=_filter, default=[], metavar="EXPR",
             help="only messages whose property passes KEY OP VALUE (OP: = != < <= > >= & ~; "
@@ -163,10 +152,10 @@ class MM2Command(kit.ClientCommand):
             "--batch-ack", type=_window, metavar="N",
             help="require batch-ack with a window of N messages [batch-ack if offered, 10]",
         )  # fmt: skip
-        pub = add("pub", help="publish DATA to DESTINATION (@ID: to that client)")
-        pub.add_argument("destination", type=_destination, metavar="DESTINATION")
-        pub.add_argument("message", type=kit.message_argument, metavar="DATA",
-                         help="the payload; - reads lines from stdin")  # fmt: skip
+        pub = kit.add_send(
+            add, "pub", "publish DATA to DESTINATION (@ID: to that client)",
+            ("destination", "DESTINATION", _destination), metavar="DATA",
+        )  # fmt: skip
         pub.add_argument(
             "--property", dest="properties", action=_Properties, type=_property, default={},
             metavar="KEY=VALUE", help="a property: N12, D1413198000.0 or Ttext; repeatable",
@@ -182,11 +171,11 @@ class MM2Command(kit.ClientCommand):
 
     def refused(self, error: Exception, args: argparse.Namespace) -> str | None:
         where = self.where(args)
-        if isinstance(error, MM2HandshakeRefused):
+        if isinstance(error, common.MM2HandshakeRefused):
             return f"{where}: handshake refused: {error}"
-        if isinstance(error, MM2ServerError):
+        if isinstance(error, common.MM2ServerError):
             return f"{where} refused {args.login!r}: {error.text}"
-        if isinstance(error, MM2ConnectionClosed | MM2Timeout):
+        if isinstance(error, common.MM2ConnectionClosed | common.MM2Timeout):
             return f"{where}: {kit.reason(error)}"
         return None
 
@@ -215,16 +204,15 @@ class MM2Command(kit.ClientCommand):
         return " ".join(args.destinations), identity
 
     def failed(self, error: Exception, args: argparse.Namespace) -> str | None:
-        if isinstance(error, MM2ServerError):
+        if isinstance(error, common.MM2ServerError):
             return f"{self.where(args)}: {error}"
-        if isinstance(error, MM2Error | OSError):
+        if isinstance(error, common.MM2Error | OSError):
             return f"{self.where(args)}: {kit.reason(error)}"
         return None
 
 
 COMMAND = MM2Command()
-add_arguments = COMMAND.add_arguments
-run = COMMAND.run
+add_arguments, run = COMMAND.add_arguments, COMMAND.run
 
 
 def _settle(client: BlockingMM2Client, identity: str) -> list[Message]:
@@ -235,7 +223,7 @@ def _settle(client: BlockingMM2Client, identity: str) -> list[Message]:
     while True:
         message = client.next_message(client.timeout)
         if message is None:
-            raise MM2Timeout(f"the broker did not answer within {client.timeout:g} s")
+            raise common.MM2Timeout(f"the broker did not answer within {client.timeout:g} s")
         if message.destination == f"@{identity}":  # only we hold our identity
             return early
         early.append(message)

@@ -41,8 +41,7 @@ anything the server gets wrong makes the client send an ERROR frame and close.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from twisted.internet import defer
@@ -64,6 +63,7 @@ from .client_common import (
     TIMEOUT,
     ExtensionSpec,
     Message,
+    MM2Commands,
     MM2ConnectionClosed,
     MM2Error,
     MM2HandshakeRefused,
@@ -73,13 +73,7 @@ from .client_common import (
 )
 from .client_session import Acked, ClientSession, ExtensionReceived, Outgoing, Ready
 from .codec import (
-    DEFAULT_MAX_MESSAGE,
-    DEFAULT_MAX_PAYLOAD,
-    FRAGMENT_SIZE,
     ActiveExtensions,
-    Command,
-    Filter,
-    PropertyValue,
 )
 
 __all__ = [
@@ -113,7 +107,7 @@ class _Publish:
         self.timer: Any = None
 
 
-class MM2ClientProtocol(StreamClientProtocol):
+class MM2ClientProtocol(MM2Commands, StreamClientProtocol):
     """A Micromessage2 client connection; see the module's description. The handshake
     starts on connecting; :meth:`when_ready` fires with the active extensions.
 
@@ -134,55 +128,34 @@ class MM2ClientProtocol(StreamClientProtocol):
         required: Iterable[ExtensionSpec] = DEFAULT_REQUIRED,
         optional: Iterable[ExtensionSpec] = DEFAULT_OPTIONAL,
         *,
-        supported: Iterable[str] = (),
-        accept_suggested: bool = False,
         clock: Any = None,
         timeout: float | None = TIMEOUT,
         auto_ack: bool = True,
         on_message: Callable[[Message], object] | None = None,
         on_extension: Callable[[ExtensionReceived], object] | None = None,
-        max_payload: int = DEFAULT_MAX_PAYLOAD,
-        max_message: int = DEFAULT_MAX_MESSAGE,
-        fragment_size: int = FRAGMENT_SIZE,
+        **session_options: Any,
     ) -> None:
-        session = ClientSession(
-            identity, required, optional, supported=supported,
-            accept_suggested=accept_suggested, max_payload=max_payload,
-            max_message=max_message, fragment_size=fragment_size, timeout=timeout,
-        )  # fmt: skip
+        session = ClientSession(identity, required, optional, timeout=timeout, **session_options)
         super().__init__(session, clock)
         self.timeout = timeout
         self.auto_ack = auto_ack
-        self._message_callback = on_message
-        self._extension_callback = on_extension
+        self._use_handlers(on_message=on_message, on_extension=on_extension)
         self._queue: deque[_Publish] = deque()
-        self._early: list[Callable[[], None]] = []  # commands asked for before ready
+        self._early: list[Callable[[], object]] = []  # commands asked for before ready
         self._acked_waiters: list[defer.Deferred[None]] = []
         self._receiving = False
         self._draining = False
 
-    # -- events (override) -------------------------------------------------------------------
+    # -- events (override, or pass callables) -------------------------------------------------
 
     def on_message(self, message: Message) -> object:
         """A message the server delivered. A Deferred returned delays its ack."""
-        if self._message_callback is not None:
-            return self._message_callback(message)
         return None
 
     def on_extension(self, event: ExtensionReceived) -> None:
-        if self._extension_callback is not None:
-            self._extension_callback(event)
+        """An EXTENSION frame of an active extension with no built-in meaning."""
 
     # -- state -------------------------------------------------------------------------------
-
-    @property
-    def active(self) -> ActiveExtensions:
-        return self.session.active
-
-    @property
-    def unacked(self) -> int:
-        """Published messages written and not yet acknowledged by the server."""
-        return self.session.unacked
 
     @property
     def queued(self) -> int:
@@ -207,60 +180,21 @@ class MM2ClientProtocol(StreamClientProtocol):
 
     # -- sending -----------------------------------------------------------------------------
 
-    def publish(
-        self,
-        destination: str,
-        payload: Any,
-        properties: Mapping[str, PropertyValue | datetime] | None = None,
-        *,
-        type_name: str | None = None,
-        timeout: float | None = None,
-    ) -> defer.Deferred[int]:
-        """Send a MESSAGE; a Deferred of its seq, fired once written. ``payload`` is bytes,
-        or with ``json`` active any JSON value; ``type_name`` needs ``dotnet``. ValueError
-        or TypeError at once for what cannot be sent; :class:`MM2Timeout` when it waited
-        ``timeout`` seconds (default: the protocol's) for room in the window."""
+    def _publish(self, message: tuple[Any, ...], timeout: float | None) -> defer.Deferred[int]:
+        """A Deferred of the seq, fired once written: queued while the window is full (or
+        the handshake not done), failed with :class:`MM2Timeout` after ``timeout``."""
         if self._lost or self.session.ended:
             return defer.fail(self.session.pending_error())
-        message: Outgoing | tuple[Any, ...] = (destination, payload, properties, type_name)
+        prepared: Outgoing | tuple[Any, ...] = message
         if self.session.ready:
-            message = self.session.prepare(destination, payload, properties, type_name)
-        entry = _Publish(message, defer.Deferred())
+            prepared = self.session.prepare(*message)
+        entry = _Publish(prepared, defer.Deferred())
         wait = self.timeout if timeout is None else timeout
         if wait is not None:
             entry.timer = self._clock().callLater(wait, self._publish_timed_out, entry, wait)
         self._queue.append(entry)
         self._drain()
         return entry.d
-
-    def unicast(
-        self,
-        identity: str,
-        payload: Any,
-        properties: Mapping[str, PropertyValue | datetime] | None = None,
-        **kw: Any,
-    ) -> defer.Deferred[int]:
-        """:meth:`publish` to ``@identity``."""
-        return self.publish(f"@{identity}", payload, properties, **kw)
-
-    def subscribe(
-        self, destination: str, queue: str | None = None, filters: Iterable[Filter | str] = ()
-    ) -> None:
-        """Write a ``subscribe`` command; filters are :class:`Filter` values or their text
-        (``"price>=N10"``). Effective before any later frame; no reply comes."""
-        filters = tuple(filters)
-        self._command(lambda: self.session.subscribe(destination, queue, filters))
-
-    def unsubscribe(self, destination: str) -> None:
-        self._command(lambda: self.session.unsubscribe(destination))
-
-    def command(self, command: Command) -> None:
-        """Write any COMMAND frame."""
-        self._command(lambda: self.session.command(command))
-
-    def send_extension(self, name: str, payload: bytes) -> None:
-        """Write an EXTENSION frame of the active extension ``name``."""
-        self._command(lambda: self.session.send_extension(name, payload))
 
     def ack(self, message: Message) -> None:
         """With ``auto_ack=False``: ``message`` is handled; the acks cover it (and the
@@ -322,7 +256,7 @@ class MM2ClientProtocol(StreamClientProtocol):
             self.session.flush_acks()
             self._flush()
 
-    def _command(self, write: Callable[[], None]) -> None:
+    def _command(self, write: Callable[[], object]) -> None:
         if self._lost or self.session.ended:
             raise self.session.pending_error()
         if not self.session.ready:

@@ -37,18 +37,13 @@ from msgbroker.clientkit.session import ClientSession as KitSession
 from msgbroker.clientkit.session import Ended
 from msgbroker.errors import RemoteProtocolError
 
+from . import client_common as common
 from .client_common import (
     BUILTIN_EXTENSIONS,
     DEFAULT_OPTIONAL,
     DEFAULT_REQUIRED,
     ExtensionSpec,
     Message,
-    MM2ConnectionClosed,
-    MM2Error,
-    MM2HandshakeRefused,
-    MM2ProtocolError,
-    MM2ServerError,
-    MM2Timeout,
     as_extensions,
     check_message,
     check_own,
@@ -146,7 +141,7 @@ class ClientSession(KitSession):
     bounds the wait for the server's step 2. ValueError at once for lists or an identity
     the handshake cannot carry."""
 
-    closed_error = MM2ConnectionClosed
+    closed_error = common.MM2ConnectionClosed
 
     def __init__(
         self,
@@ -250,7 +245,7 @@ class ClientSession(KitSession):
 
     def _tick(self, now: float) -> None:
         if self.state == "handshake" and self._deadline is not None and now >= self._deadline:
-            self._end(MM2Timeout(f"no handshake reply within {self.timeout:g} s"))
+            self._end(common.MM2Timeout(f"no handshake reply within {self.timeout:g} s"))
 
     # -- receiving ---------------------------------------------------------------------------
 
@@ -265,7 +260,7 @@ class ClientSession(KitSession):
             if reply is None:
                 return
             if isinstance(reply, ErrorFrame):
-                self._end(MM2ServerError(reply.text), abort=False)
+                self._end(common.MM2ServerError(reply.text), abort=False)
                 return
             self._reply(reply)
             if self.ended:
@@ -277,18 +272,19 @@ class ClientSession(KitSession):
                 return
 
     def _protocol_error(self, error: RemoteProtocolError) -> None:
-        self._refuse(str(error), MM2ProtocolError(f"protocol error from the server: {error}"))
+        refusal = common.MM2ProtocolError(f"protocol error from the server: {error}")
+        self._refuse(str(error), refusal)
 
     def _reply(self, reply: Handshake) -> None:
         try:
             minor = negotiate_minor(reply)
         except RemoteProtocolError as e:
-            self._refuse(str(e), MM2HandshakeRefused(str(e), reply))
+            self._refuse(str(e), common.MM2HandshakeRefused(str(e), reply))
             return
         unsupported = unsupported_required(reply.required, self.supported)
         if unsupported:
             reason = str(UnsupportedExtensions(unsupported))
-            self._refuse(reason, MM2HandshakeRefused(reason, reply, unsupported))
+            self._refuse(reason, common.MM2HandshakeRefused(reason, reply, unsupported))
             return
         confirm = plan_confirm(self.hello, reply, self.supported, self.accept_suggested)
         active = active_extensions(confirm)
@@ -315,7 +311,7 @@ class ClientSession(KitSession):
         elif isinstance(frame, ExtensionFrame):
             self._extension(frame)
         elif isinstance(frame, ErrorFrame):
-            self._end(MM2ServerError(frame.text), abort=False)
+            self._end(common.MM2ServerError(frame.text), abort=False)
         # a COMMAND from the server means nothing to a client (no extension defines one
         # that way) and gets no reply (DECISIONS.md): ignored
 
@@ -399,7 +395,7 @@ class ClientSession(KitSession):
     def _pubsub(self, command: Command) -> None:
         self._check_ready()
         if "pubsub" not in self.active:
-            raise MM2Error("the pubsub extension is not active on this connection")
+            raise common.MM2Error("the pubsub extension is not active on this connection")
         self._write(command)
 
     def command(self, command: Command) -> None:
@@ -412,7 +408,7 @@ class ClientSession(KitSession):
         self._check_ready()
         ext_id = self.active.id_of(name)
         if ext_id is None:
-            raise MM2Error(f"the {name} extension is not active on this connection")
+            raise common.MM2Error(f"the {name} extension is not active on this connection")
         self._write(ExtensionFrame(ext_id, bytes(payload)))
 
     # -- the acks the client owes -------------------------------------------------------------
@@ -441,13 +437,13 @@ class ClientSession(KitSession):
 
     def send_error(self, text: str) -> None:
         """Write an ERROR frame and end the session (the driver then closes)."""
-        self._refuse(text, MM2ConnectionClosed(f"closed with an ERROR frame: {text}"))
+        self._refuse(text, common.MM2ConnectionClosed(f"closed with an ERROR frame: {text}"))
 
     def lost(self, error: BaseException | None = None) -> None:
         """The transport is gone."""
-        super().lost(error or MM2ConnectionClosed("the connection is lost"))
+        super().lost(error or common.MM2ConnectionClosed("the connection is lost"))
 
-    def _refuse(self, text: str, error: MM2Error) -> None:
+    def _refuse(self, text: str, error: common.MM2Error) -> None:
         """Write an ERROR frame, then end with ``error`` once it is sent."""
         if not self.ended:
             self._write(ErrorFrame(text))
@@ -459,4 +455,4 @@ class ClientSession(KitSession):
     def _check_ready(self) -> None:
         self.check_open()
         if self.state == "handshake":
-            raise MM2Error("the handshake is not complete")
+            raise common.MM2Error("the handshake is not complete")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import socket
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from msgbroker.clientkit import blocking as kit
 
@@ -103,17 +103,12 @@ class BlockingSbusClient(SbusVerbs, kit.BlockingClient):
         channel = kit.PacketChannel(sock, max_packet)
         super().__init__(SbusClientSession(max_packet), channel, timeout=timeout)
 
-    @property
-    def max_packet(self) -> int:
-        return self.session.max_packet
-
     # -- sending -----------------------------------------------------------------------------
 
-    def whoami(self) -> bytes:
-        """This client's credentials as the broker sees them: ``b"!/cred/GID/UID/PID"``
-        (longer through a relay). TimeoutError (and the connection closed) when the reply
+    def _perform(self, ask: Callable[[], int]) -> bytes:
+        """The whoami round trip: TimeoutError (and the connection closed) when the reply
         does not come within ``timeout``."""
-        credentials: bytes = self._wait(self.session.whoami(), self.timeout, "answer to whoami")
+        credentials: bytes = self._wait(ask(), self.timeout, "answer to whoami")
         return credentials
 
     def sync(self) -> None:
@@ -136,10 +131,7 @@ class BlockingSbusClient(SbusVerbs, kit.BlockingClient):
 
     def messages(self) -> Iterator[Publish | ControlMessage]:
         """Every packet, as it arrives, until the connection ends (then it raises)."""
-        while True:
-            packet = self.receive()
-            if packet is not None:
-                yield packet
+        return self._every(self.receive)
 
     # -- plumbing ----------------------------------------------------------------------------
 

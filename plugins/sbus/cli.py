@@ -59,17 +59,15 @@ class SbusCommand(kit.ClientCommand):
     )  # fmt: skip
 
     def add_actions(self, add: Any) -> None:
-        sub = add(
-            "sub", help="print messages whose key matches PATTERN until Ctrl-C",
+        kit.add_sub(
+            add, "patterns", "PATTERN", kit.message_argument,
+            help="print messages whose key matches PATTERN until Ctrl-C",
             description="Print each message as 'KEY PAYLOAD' until Ctrl-C. In a PATTERN, * "
             "matches up to the next /, a trailing / matches everything below, and '' matches "
             "every key.",
         )  # fmt: skip
-        sub.add_argument("patterns", nargs="+", type=kit.message_argument, metavar="PATTERN")
-        pub = add("pub", help="publish MESSAGE with routing key KEY")
-        pub.add_argument("key", type=kit.message_argument, metavar="KEY")
-        pub.add_argument("message", type=kit.message_argument, metavar="MESSAGE",
-                         help="the payload; - reads lines from stdin")  # fmt: skip
+        kit.add_send(add, "pub", "publish MESSAGE with routing key KEY",
+                     ("key", "KEY", kit.message_argument))  # fmt: skip
         add("whoami", help="print this process's credentials as the broker sees them "
             "(!/cred/GID/UID/PID)")  # fmt: skip
 
@@ -114,8 +112,7 @@ class SbusCommand(kit.ClientCommand):
 
 
 COMMAND = SbusCommand()
-add_arguments = COMMAND.add_arguments
-run = COMMAND.run
+add_arguments, run = COMMAND.add_arguments, COMMAND.run
 
 
 def _hint(args: argparse.Namespace) -> str:

@@ -29,12 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from msgbroker.clientkit.blocking import adopt_socket
-from msgbroker.clientkit.protocol import SessionDriver
+from msgbroker.clientkit.protocol import StreamClientProtocol
 
 from . import codec, seqpacket
 from .blocking import (
@@ -67,12 +65,12 @@ __all__ = [
 _RETRY = 0.01
 
 
-class SbusClient(SbusVerbs, SessionDriver, Protocol):
+class SbusClient(SbusVerbs, StreamClientProtocol):
     """One sbus connection (see the module docstring). Sending methods write at once and
     return None; they raise :class:`SbusConnectionClosed` once the connection is closing
     or gone, and ValueError (before anything is sent) for a NUL in a key or pattern. A
     :class:`~msgbroker.clientkit.protocol.SessionDriver` on a packet transport (its
-    ``packetReceived``)."""
+    ``packetReceived``: a packet a unit)."""
 
     log = Logger(namespace="msgbroker.sbus.client")
     client_name = "sbus client"
@@ -87,33 +85,17 @@ class SbusClient(SbusVerbs, SessionDriver, Protocol):
         clock: Any = None,
     ) -> None:
         super().__init__(SbusClientSession(max_packet), clock)
-        self._message_callback = on_message
-        self._control_callback = on_control
+        self._use_handlers(on_message=on_message, on_control=on_control)
 
-    @property
-    def max_packet(self) -> int:
-        """The largest packet accepted from the broker."""
-        return self.session.max_packet
-
-    # -- events (override) -------------------------------------------------------------------
+    # -- events (override, or pass callables) -------------------------------------------------
 
     def on_message(self, message: Publish) -> None:
         """A ``MSG`` matching one of this client's subscriptions."""
-        if self._message_callback is not None:
-            self._message_callback(message)
 
     def on_control(self, message: ControlMessage) -> None:
         """A ``CMSG`` from the broker that answers no :meth:`whoami`."""
-        if self._control_callback is not None:
-            self._control_callback(message)
 
     # -- sending -----------------------------------------------------------------------------
-
-    def whoami(self) -> defer.Deferred[bytes]:
-        """Fires with this client's credentials as the broker sees them,
-        ``b"!/cred/GID/UID/PID"`` (longer through a relay); fails with
-        :class:`SbusConnectionClosed` if the connection ends first."""
-        return self._request(self.session.whoami)
 
     def sync(self) -> defer.Deferred[None]:
         """Fires once the broker handled everything written before, and every message it
@@ -135,29 +117,15 @@ class SbusClient(SbusVerbs, SessionDriver, Protocol):
         else:
             self._deliver(self.on_control, event)
 
-    # -- the packet transport ----------------------------------------------------------------
-
-    def connectionMade(self) -> None:
-        self._transport_opened()
+    def _perform(self, ask: Callable[[], int]) -> defer.Deferred[bytes]:
+        return self._request(ask)
 
     def packetReceived(self, data: bytes) -> None:
         self._transport_data(data)
 
-    def connectionLost(self, reason: Failure | None = None) -> None:
-        self._transport_lost(reason)
-
     def flood_error(self, reason: str) -> None:
         """Never called: this side's outbox keeps whatever the socket cannot take yet."""
         self._abort(SbusConnectionClosed(reason))
-
-    def _write(self, unit: Any) -> None:
-        self.transport.write(unit)
-
-    def _drop(self, abort: bool) -> None:
-        if abort:
-            self.transport.abortConnection()
-        else:
-            self.transport.loseConnection()
 
 
 def connect(

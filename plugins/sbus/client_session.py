@@ -14,8 +14,10 @@ a ``SUB``/``UNSUB``) ends the session.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
-from msgbroker.clientkit.session import ClientSession, ConnectionClosed
+from msgbroker.clientkit.session import ClientSession, ConnectionClosed, SessionAttribute
 from msgbroker.errors import RemoteProtocolError
 
 from . import codec, flood
@@ -95,10 +97,25 @@ class SbusClientSession(ClientSession):
 
 
 class SbusVerbs:
-    """What both clients send, the same way: each verb is one packet through ``_send``."""
+    r"""What both clients send, the same way: each verb is one packet through ``_send``;
+    :meth:`whoami` is :meth:`_perform`\ ed — a Deferred in the Twisted client, the answer
+    itself in the blocking one."""
+
+    session: SbusClientSession
 
     def _send(self, packet: codec.Packet) -> None:
         raise NotImplementedError
+
+    def _perform(self, ask: Callable[[], int]) -> Any:
+        raise NotImplementedError
+
+    max_packet = SessionAttribute("the largest packet accepted from the broker")
+
+    def whoami(self) -> Any:
+        """This client's credentials as the broker sees them, ``b"!/cred/GID/UID/PID"``
+        (longer through a relay); :class:`SbusConnectionClosed` if the connection ends
+        first."""
+        return self._perform(self.session.whoami)
 
     def subscribe(self, pattern: bytes) -> None:
         self._send(codec.Subscribe(pattern))

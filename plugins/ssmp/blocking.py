@@ -13,19 +13,13 @@ from collections.abc import Callable, Iterator
 
 from msgbroker.clientkit.blocking import BlockingClient, StreamChannel, open_tcp
 
-from .client_session import (
-    DEFAULT_PORT,
-    KEEPALIVE,
-    SSMPClientSession,
-    SSMPConnectionClosed,
-    SSMPError,
-)
+from .client_session import DEFAULT_PORT, KEEPALIVE, SSMPClientSession, SSMPError, SSMPRequests
 from .codec import Delivery, Presence
 
-__all__ = ["DEFAULT_PORT", "KEEPALIVE", "BlockingSSMPClient", "SSMPConnectionClosed", "SSMPError"]
+__all__ = ["BlockingSSMPClient"]
 
 
-class BlockingSSMPClient(BlockingClient):
+class BlockingSSMPClient(SSMPRequests, BlockingClient):
     """A blocking SSMP client over a plain (or ``ssl``-wrapped) socket, logged in on
     construction. Not thread-safe.
 
@@ -59,41 +53,12 @@ class BlockingSSMPClient(BlockingClient):
         )
         super().__init__(SSMPClientSession(keepalive), StreamChannel(sock), timeout=timeout)
         try:
-            self._call(lambda: self.session.login(identity, scheme, credential))
+            self._perform(lambda: self.session.login(identity, scheme, credential))
         except BaseException:
             self._shut()
             raise
 
-    @property
-    def keepalive(self) -> float | None:
-        return self.session.keepalive
-
-    @property
-    def pings_answered(self) -> int:
-        """How many server PINGs this client answered with PONG."""
-        return self.session.pings_answered
-
-    @property
-    def pings_sent(self) -> int:
-        """How many PINGs this client sent (its own and the keepalive's)."""
-        return self.session.pings_sent
-
-    # -- requests ----------------------------------------------------------------------------
-
-    def subscribe(self, topic: str, presence: bool = False) -> None:
-        self._call(lambda: self.session.subscribe(topic, presence))
-
-    def unsubscribe(self, topic: str) -> None:
-        self._call(lambda: self.session.unsubscribe(topic))
-
-    def mcast(self, topic: str, payload: bytes) -> None:
-        self._call(lambda: self.session.mcast(topic, payload))
-
-    def ucast(self, target: str, payload: bytes) -> None:
-        self._call(lambda: self.session.ucast(target, payload))
-
-    def bcast(self, payload: bytes) -> None:
-        self._call(lambda: self.session.bcast(payload))
+    # -- requests (subscribe, unsubscribe, mcast, ucast, bcast: SSMPRequests') -----------------
 
     def ping(self) -> None:
         """Send ``PING`` and wait for the ``PONG`` event."""
@@ -115,14 +80,11 @@ class BlockingSSMPClient(BlockingClient):
 
     def events(self) -> Iterator[Delivery | Presence]:
         """Every event, as it arrives, until the connection ends."""
-        while True:
-            event = self.next_event()
-            if event is not None:
-                yield event
+        return self._every(self.next_event)
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _call(self, ask: Callable[[], int]) -> None:
+    def _perform(self, ask: Callable[[], int]) -> None:
         self._wait(ask(), self.timeout)
 
     def _event(self, event: Delivery | Presence) -> None:
@@ -130,4 +92,4 @@ class BlockingSSMPClient(BlockingClient):
 
     def _goodbye(self) -> None:
         with contextlib.suppress(SSMPError):
-            self._call(self.session.request_close)
+            self._perform(self.session.request_close)

@@ -60,40 +60,23 @@ class SSMPCommand(kit.ClientCommand):
         kit.HOST,
         kit.port(DEFAULT_PORT, f"broker SSMP port [{DEFAULT_PORT}]"),
         kit.identity(_id),
-        kit.SCHEME,
-        kit.SECRET_FILE,
-        kit.CA,
-        kit.cert(),
-        kit.KEY,
+        *kit.LOGIN,
+        *kit.TLS_FILES,
         kit.timeout(),
         kit.tls(),
     )
 
     def add_actions(self, add: Any) -> None:
-        sub = add(
-            "sub", help="print messages sent to TOPIC until Ctrl-C",
-            description="Print each message as 'SENDER TOPIC PAYLOAD' (unicasts to this "
-            "client as 'SENDER @ID PAYLOAD', broadcasts as 'SENDER * PAYLOAD') until Ctrl-C.",
-        )  # fmt: skip
-        sub.add_argument("topics", nargs="+", type=_id, metavar="TOPIC")
-        sub.add_argument(
-            "--presence", action="store_true", help="also print 'ID joined|left TOPIC'"
-        )
-        pub = add("pub", help="send MESSAGE to TOPIC (MCAST)")
-        pub.add_argument("topic", type=_id, metavar="TOPIC")
-        pub.add_argument("message", type=kit.message_argument, metavar="MESSAGE",
-                         help="the payload; - reads lines from stdin")  # fmt: skip
-        ucast = add("ucast", help="send MESSAGE to client ID")
-        ucast.add_argument("target", type=_id, metavar="ID")
-        ucast.add_argument("message", type=kit.message_argument, metavar="MESSAGE",
-                           help="the payload; - as pub")  # fmt: skip
-        bcast = add(
-            "bcast", help="send MESSAGE to every client sharing a topic with us",
+        kit.add_topic_sub(add, _id, "PAYLOAD")
+        kit.add_send(add, "pub", "send MESSAGE to TOPIC (MCAST)", ("topic", "TOPIC", _id))
+        kit.add_send(add, "ucast", "send MESSAGE to client ID", ("target", "ID", _id),
+                     text="the payload; - as pub")  # fmt: skip
+        bcast = kit.add_send(
+            add, "bcast", "send MESSAGE to every client sharing a topic with us",
+            text="the payload; - as pub",
             description="BCAST reaches every client that shares at least one topic with the "
             "sender: use --join to subscribe to those topics first.",
         )  # fmt: skip
-        bcast.add_argument("message", type=kit.message_argument, metavar="MESSAGE",
-                           help="the payload; - as pub")  # fmt: skip
         bcast.add_argument("--join", action="append", type=_id, default=[], metavar="TOPIC",
                            help="subscribe to TOPIC before broadcasting (repeatable)")  # fmt: skip
 
@@ -102,10 +85,9 @@ class SSMPCommand(kit.ClientCommand):
             _check_payload(args.message)
 
     def open(self, args: argparse.Namespace) -> BlockingSSMPClient:
-        args.scheme = kit.login_scheme(args)
-        args.login = args.id or kit.default_identity(args, args.scheme)
+        identity, scheme, credential = self.login(args)
         return BlockingSSMPClient(
-            args.host, args.port, args.login, args.scheme, kit.credential(args, args.scheme),
+            args.host, args.port, identity, scheme, credential,
             ssl_context=kit.ssl_context(args), timeout=args.timeout,
         )  # fmt: skip
 
@@ -121,12 +103,8 @@ class SSMPCommand(kit.ClientCommand):
 
     def act(self, client: BlockingSSMPClient, args: argparse.Namespace) -> int:
         if args.action == "sub":
-            return self.follow(
-                args,
-                lambda: self._subscribe(client, args),
-                (render_event(e) for e in client.events()
-                 if args.presence or not isinstance(e, Presence)),
-            )  # fmt: skip
+            shown = (e for e in client.events() if args.presence or not isinstance(e, Presence))
+            return self.follow_topics(args, client, map(render_event, shown))
         for topic in getattr(args, "join", ()):
             client.subscribe(topic)
         for payload in kit.message_lines(args.message, sys.stdin.buffer):
@@ -138,12 +116,6 @@ class SSMPCommand(kit.ClientCommand):
             else:
                 client.bcast(payload)
         return 0
-
-    @staticmethod
-    def _subscribe(client: BlockingSSMPClient, args: argparse.Namespace) -> tuple[str, str]:
-        for topic in args.topics:
-            client.subscribe(topic, presence=args.presence)
-        return " ".join(args.topics), client.identity
 
     def failed(self, error: Exception, args: argparse.Namespace) -> str | None:
         if not isinstance(error, SSMPError):
@@ -158,5 +130,4 @@ class SSMPCommand(kit.ClientCommand):
 
 
 COMMAND = SSMPCommand()
-add_arguments = COMMAND.add_arguments
-run = COMMAND.run
+add_arguments, run = COMMAND.add_arguments, COMMAND.run

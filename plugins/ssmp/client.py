@@ -37,6 +37,7 @@ from msgbroker.clientkit.protocol import (
     client_endpoint,
     connect_client,
 )
+from msgbroker.clientkit.session import SessionAttribute
 from msgbroker.clientkit.tls import client_tls_options
 
 from .blocking import BlockingSSMPClient
@@ -46,6 +47,7 @@ from .client_session import (
     SSMPClientSession,
     SSMPConnectionClosed,
     SSMPError,
+    SSMPRequests,
 )
 from .codec import Delivery, Presence
 
@@ -63,7 +65,7 @@ __all__ = [
 ]
 
 
-class SSMPClientProtocol(StreamClientProtocol):
+class SSMPClientProtocol(SSMPRequests, StreamClientProtocol):
     """An SSMP client connection. Every request method returns a Deferred that fires with
     ``None`` on ``200`` and fails with :class:`SSMPError` otherwise (or
     :class:`SSMPConnectionClosed` if the connection ends first); invalid ids or payloads
@@ -86,55 +88,24 @@ class SSMPClientProtocol(StreamClientProtocol):
         on_presence: Callable[[Presence], object] | None = None,
     ) -> None:
         super().__init__(SSMPClientSession(keepalive), clock)
-        self._message_callback = on_message
-        self._presence_callback = on_presence
+        self._use_handlers(on_message=on_message, on_presence=on_presence)
 
-    @property
-    def identity(self) -> str | None:
-        return self.session.identity
+    identity = SessionAttribute("the identity logged in as")
 
-    @property
-    def keepalive(self) -> float | None:
-        return self.session.keepalive
-
-    @property
-    def pings_answered(self) -> int:
-        """How many server PINGs this client answered with PONG."""
-        return self.session.pings_answered
-
-    # -- events (override) -------------------------------------------------------------------
+    # -- events (override, or pass callables) -------------------------------------------------
 
     def on_message(self, delivery: Delivery) -> None:
         """A forwarded MCAST, UCAST or BCAST (``delivery.kind``)."""
-        if self._message_callback is not None:
-            self._message_callback(delivery)
 
     def on_presence(self, presence: Presence) -> None:
         """A SUBSCRIBE or UNSUBSCRIBE presence event."""
-        if self._presence_callback is not None:
-            self._presence_callback(presence)
 
-    # -- requests ----------------------------------------------------------------------------
+    # -- requests (subscribe, unsubscribe, mcast, ucast, bcast: SSMPRequests') -----------------
 
     def login(
         self, identity: str, scheme: str = "open", credential: bytes | None = None
     ) -> defer.Deferred[None]:
         return self._request(lambda: self.session.login(identity, scheme, credential))
-
-    def subscribe(self, topic: str, presence: bool = False) -> defer.Deferred[None]:
-        return self._request(lambda: self.session.subscribe(topic, presence))
-
-    def unsubscribe(self, topic: str) -> defer.Deferred[None]:
-        return self._request(lambda: self.session.unsubscribe(topic))
-
-    def mcast(self, topic: str, payload: bytes) -> defer.Deferred[None]:
-        return self._request(lambda: self.session.mcast(topic, payload))
-
-    def ucast(self, target: str, payload: bytes) -> defer.Deferred[None]:
-        return self._request(lambda: self.session.ucast(target, payload))
-
-    def bcast(self, payload: bytes) -> defer.Deferred[None]:
-        return self._request(lambda: self.session.bcast(payload))
 
     def ping(self) -> defer.Deferred[None]:
         """Send ``PING``; fires when the matching ``PONG`` event arrives."""
@@ -149,6 +120,9 @@ class SSMPClientProtocol(StreamClientProtocol):
             reply = self._request(self.session.request_close)
             reply.addBoth(lambda _: None if self._lost else self._drop(abort=False))
         return closed.addCallback(lambda _: None)
+
+    def _perform(self, ask: Callable[[], int]) -> defer.Deferred[None]:
+        return self._request(ask)
 
     def _dispatch(self, event: Any) -> None:
         if isinstance(event, Delivery):

@@ -14,8 +14,10 @@ unknown verb included) ends it with the codec's :class:`RemoteProtocolError`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
-from msgbroker.clientkit.session import ClientSession, ConnectionClosed
+from msgbroker.clientkit.session import ClientSession, ConnectionClosed, SessionAttribute
 from msgbroker.errors import RemoteProtocolError
 
 from . import codec
@@ -190,3 +192,34 @@ class SSMPClientSession(ClientSession):
                 waiter = self._pongs.popleft()
                 if waiter is not None:
                     self._answer(waiter)
+
+
+class SSMPRequests:
+    r"""The SSMP requests, once for both clients: each asks :attr:`session` and
+    :meth:`_perform`\ s it — the Twisted client returns a Deferred that fires with None on
+    ``200`` (fails with :class:`SSMPError` otherwise), the blocking client waits and returns
+    None (raises). Invalid ids or payloads raise ``ValueError`` at once."""
+
+    session: SSMPClientSession
+
+    def _perform(self, ask: Callable[[], int]) -> Any:
+        raise NotImplementedError
+
+    keepalive = SessionAttribute("seconds of silence before the keepalive PING")
+    pings_answered = SessionAttribute("how many server PINGs this client answered with PONG")
+    pings_sent = SessionAttribute("how many PINGs this client sent (its own, the keepalive's)")
+
+    def subscribe(self, topic: str, presence: bool = False) -> Any:
+        return self._perform(lambda: self.session.subscribe(topic, presence))
+
+    def unsubscribe(self, topic: str) -> Any:
+        return self._perform(lambda: self.session.unsubscribe(topic))
+
+    def mcast(self, topic: str, payload: bytes) -> Any:
+        return self._perform(lambda: self.session.mcast(topic, payload))
+
+    def ucast(self, target: str, payload: bytes) -> Any:
+        return self._perform(lambda: self.session.ucast(target, payload))
+
+    def bcast(self, payload: bytes) -> Any:
+        return self._perform(lambda: self.session.bcast(payload))

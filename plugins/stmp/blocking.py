@@ -16,36 +16,16 @@ from typing import Any
 from msgbroker.clientkit.blocking import BlockingClient, StreamChannel, open_tcp
 from msgbroker.clientkit.websocket import WebSocketChannel
 
+from . import client_common as common
 from . import codec
-from .client_common import (
-    DEFAULT_PORT,
-    DEFAULT_WS_PORT,
-    HEARTBEAT,
-    REQUEST_TIMEOUT,
-    Delivery,
-    STMPConnectionClosed,
-    STMPError,
-    decoded,
-    status_name,
-)
-from .client_session import BinaryWire, STMPClientSession, WebSocketWire
-from .codec import Encoding, Notify, Response
+from .client_common import Delivery
+from .client_session import STMPClientSession, STMPRequests
+from .codec import Encoding, Notify
 
-__all__ = [
-    "DEFAULT_PORT",
-    "DEFAULT_WS_PORT",
-    "HEARTBEAT",
-    "REQUEST_TIMEOUT",
-    "BlockingSTMPClient",
-    "Delivery",
-    "STMPConnectionClosed",
-    "STMPError",
-    "decoded",
-    "status_name",
-]
+__all__ = ["BlockingSTMPClient"]
 
 
-class BlockingSTMPClient(BlockingClient):
+class BlockingSTMPClient(STMPRequests, BlockingClient):
     """A blocking STMP client over TCP (binary) or WebSocket (``ws=True``: text frames, or
     binary frames with ``binary_frames=True``), plain or TLS (``ssl_context``). The version
     check runs on construction, then the login when ``identity`` is given. Not thread-safe.
@@ -81,15 +61,18 @@ class BlockingSTMPClient(BlockingClient):
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         encoding: int = Encoding.JSON,
-        timeout: float = REQUEST_TIMEOUT,
-        heartbeat: float | None = HEARTBEAT,
+        timeout: float = common.REQUEST_TIMEOUT,
+        heartbeat: float | None = common.HEARTBEAT,
         max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        port = port if port is not None else (DEFAULT_WS_PORT if ws else DEFAULT_PORT)
+        if port is None:
+            port = common.DEFAULT_WS_PORT if ws else common.DEFAULT_PORT
         self._deliveries: deque[Delivery] = deque()
         self._notifies: deque[Notify] = deque()
-        wire = WebSocketWire(max_payload, binary_frames) if ws else BinaryWire(max_payload)
+        wire: common.BinaryWire | common.WebSocketWire = common.BinaryWire(max_payload)
+        if ws:
+            wire = common.WebSocketWire(max_payload, binary_frames)
         session = STMPClientSession(wire, encoding=encoding, timeout=timeout, heartbeat=heartbeat)
         deadline = clock() + timeout
         sock = open_tcp(
@@ -100,7 +83,7 @@ class BlockingSTMPClient(BlockingClient):
             if ws:
                 channel = WebSocketChannel(
                     sock, host, port, path, max_message=max_payload + 64, deadline=deadline,
-                    closed_error=STMPConnectionClosed, clock=clock,
+                    closed_error=common.STMPConnectionClosed, clock=clock,
                 )  # fmt: skip
             else:
                 channel = StreamChannel(sock)
@@ -116,88 +99,13 @@ class BlockingSTMPClient(BlockingClient):
             self._shut()
             raise
 
-    @property
-    def identity(self) -> str | None:
-        return self.session.identity
+    # -- requests (STMPRequests': each waits for its answer and returns it) ----------------------
 
-    @property
-    def stmp_version(self) -> tuple[int, int] | None:
-        return self.session.stmp_version
+    def _perform(self, ask: Callable[[float], int]) -> Any:
+        return self._wait(ask(self._now()))
 
-    @property
-    def pings_received(self) -> int:
-        return self.session.pings_received
-
-    @property
-    def late_replies(self) -> int:
-        """Late replies dropped (their request had timed out)."""
-        return self.session.late_replies
-
-    @property
-    def encoding(self) -> int:
-        return self.session.encoding
-
-    @property
-    def heartbeat(self) -> float | None:
-        return self.session.heartbeat
-
-    # -- requests ----------------------------------------------------------------------------
-
-    def request(
-        self,
-        action: int | str,
-        payload: Any = None,
-        encoding: int | None = None,
-        timeout: float | None = None,
-    ) -> Response:
-        """Send a request to ``action`` (an int or dotted ``"a.b.c.d"``) and wait for its
-        reply. ``payload``: ``None`` (none), bytes (sent as they are, encoding ``encoding``
-        or raw) or a value (serialized with ``encoding``, default the client's). A local
-        ``Response(id, 0x25)`` when no reply came within ``timeout``."""
-        response: Response = self._wait(
-            self.session.request(action, payload, encoding, timeout, now=self._now())
-        )
-        return response
-
-    def call(
-        self,
-        action: int | str,
-        payload: Any = None,
-        encoding: int | None = None,
-        timeout: float | None = None,
-    ) -> Any:
-        """:meth:`request`, then the decoded reply payload (``None`` if none);
-        :class:`STMPError` unless the status is Ok (``local`` set for a timeout)."""
-        return self._wait(self.session.call(action, payload, encoding, timeout, now=self._now()))
-
-    def login(
-        self, identity: str, scheme: str = "open", credential: bytes | str | None = None
-    ) -> None:
-        self._wait(self.session.login(identity, scheme, credential, now=self._now()))
-
-    def subscribe(self, topic: str, presence: bool = False) -> None:
-        self._wait(self.session.subscribe(topic, presence, now=self._now()))
-
-    def unsubscribe(self, topic: str) -> None:
-        self._wait(self.session.unsubscribe(topic, now=self._now()))
-
-    def publish(self, topic: str, data: bytes) -> None:
-        self._wait(self.session.publish(topic, data, now=self._now()))
-
-    def unicast(self, to: str, data: bytes) -> None:
-        self._wait(self.session.unicast(to, data, now=self._now()))
-
-    def broadcast(self, data: bytes) -> None:
-        self._wait(self.session.broadcast(data, now=self._now()))
-
-    def notify(self, action: int | str, payload: Any = None, encoding: int | None = None) -> None:
-        """Send a notify (no reply)."""
-        self.session.notify(action, payload, encoding)
-        self._sent()
-
-    def ping(self) -> None:
-        """Send a heartbeat ping now (the server does not answer it)."""
-        self.session.ping(self._now())
+    def _perform_write(self, write: Callable[[float], None]) -> None:
+        write(self._now())
         self._sent()
 
     def close(self) -> None:
@@ -221,10 +129,7 @@ class BlockingSTMPClient(BlockingClient):
 
     def deliveries(self) -> Iterator[Delivery]:
         """Every delivery, as it arrives, until the connection ends (which raises)."""
-        while True:
-            delivery = self.next_delivery()
-            if delivery is not None:
-                yield delivery
+        return self._every(self.next_delivery)
 
     def _event(self, event: Any) -> None:
         if isinstance(event, Delivery):

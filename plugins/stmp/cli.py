@@ -106,11 +106,8 @@ class STMPCommand(kit.ClientCommand):
         kit.Option(("--path",), {"metavar": "PATH", "default": "/",
                                  "help": "WebSocket resource, with --ws [/]"}),
         kit.identity(),
-        kit.SCHEME,
-        kit.SECRET_FILE,
-        kit.CA,
-        kit.cert(),
-        kit.KEY,
+        *kit.LOGIN,
+        *kit.TLS_FILES,
         kit.timeout(),
         kit.Option(("--ws",), {"action": "store_true", "help": "speak WebSocket (text frames)"}),
         kit.tls("connect with TLS (wss with --ws)"),
@@ -120,19 +117,9 @@ class STMPCommand(kit.ClientCommand):
     )  # fmt: skip
 
     def add_actions(self, add: Any) -> None:
-        sub = add(
-            "sub", help="print messages sent to TOPIC until Ctrl-C",
-            description="Print each message as 'SENDER TOPIC DATA' (unicasts to this client as "
-            "'SENDER @ID DATA', broadcasts as 'SENDER * DATA') until Ctrl-C.",
-        )  # fmt: skip
-        sub.add_argument("topics", nargs="+", type=_topic, metavar="TOPIC")
-        sub.add_argument(
-            "--presence", action="store_true", help="also print 'ID joined|left TOPIC'"
-        )
-        pub = add("pub", help="publish MESSAGE to TOPIC")
-        pub.add_argument("topic", type=_topic, metavar="TOPIC")
-        pub.add_argument("message", type=kit.message_argument, metavar="MESSAGE",
-                         help="the data; - reads lines from stdin")  # fmt: skip
+        kit.add_topic_sub(add, _topic, "DATA")
+        kit.add_send(add, "pub", "publish MESSAGE to TOPIC", ("topic", "TOPIC", _topic),
+                     text="the data; - reads lines from stdin")  # fmt: skip
         call = add(
             "call", help="send a request to ACTION and print the reply",
             description="Send a request to ACTION (dotted, e.g. 10.1.0.1) carrying PAYLOAD_JSON "
@@ -161,12 +148,11 @@ class STMPCommand(kit.ClientCommand):
             raise CommandError(f"PAYLOAD_JSON is not JSON: {e}") from None
 
     def open(self, args: argparse.Namespace) -> BlockingSTMPClient:
-        args.scheme = kit.login_scheme(args)
-        args.login = args.id or kit.default_identity(args, args.scheme)
+        identity, scheme, credential = self.login(args)
         return BlockingSTMPClient(
-            args.host, _port(args), args.login, args.scheme, kit.credential(args, args.scheme),
-            ws=args.ws, path=args.path, ssl_context=kit.ssl_context(args),
-            encoding=_ENCODINGS[args.encoding], timeout=args.timeout,
+            args.host, _port(args), identity, scheme, credential, ws=args.ws, path=args.path,
+            ssl_context=kit.ssl_context(args), encoding=_ENCODINGS[args.encoding],
+            timeout=args.timeout,
         )  # fmt: skip
 
     def refused(self, error: Exception, args: argparse.Namespace) -> str | None:
@@ -186,24 +172,17 @@ class STMPCommand(kit.ClientCommand):
 
     def act(self, client: BlockingSTMPClient, args: argparse.Namespace) -> int:
         if args.action == "sub":
-            return self.follow(
-                args,
-                lambda: self._subscribe(client, args),
-                (render_delivery(d, client.identity) for d in client.deliveries()
-                 if args.presence or d.kind not in ("subscribe", "unsubscribe")),
-            )  # fmt: skip
+            presence = ("subscribe", "unsubscribe")
+            return self.follow_topics(args, client, (
+                render_delivery(d, client.identity)
+                for d in client.deliveries() if args.presence or d.kind not in presence
+            ))  # fmt: skip
         if args.action == "call":
             return self._call(client, args)
         interval = (client.heartbeat or HEARTBEAT) / 2  # stdin may stay silent long
         for line in kit.message_lines(args.message, sys.stdin.buffer, client.poll, interval):
             client.publish(args.topic, line)
         return 0
-
-    @staticmethod
-    def _subscribe(client: BlockingSTMPClient, args: argparse.Namespace) -> tuple[str, str]:
-        for topic in args.topics:
-            client.subscribe(topic, presence=args.presence)
-        return " ".join(args.topics), str(client.identity)
 
     @staticmethod
     def _call(client: BlockingSTMPClient, args: argparse.Namespace) -> int:
@@ -227,5 +206,4 @@ class STMPCommand(kit.ClientCommand):
 
 
 COMMAND = STMPCommand()
-add_arguments = COMMAND.add_arguments
-run = COMMAND.run
+add_arguments, run = COMMAND.add_arguments, COMMAND.run

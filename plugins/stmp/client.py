@@ -55,6 +55,7 @@ from msgbroker.clientkit.protocol import (
     client_endpoint,
     connect_client,
 )
+from msgbroker.clientkit.session import SessionAttribute
 from msgbroker.clientkit.tls import client_tls_options
 from msgbroker.clientkit.twisted_ws import (
     WebSocketClientDriver,
@@ -69,20 +70,15 @@ from .client_common import (
     DEFAULT_WS_PORT,
     HEARTBEAT,
     REQUEST_TIMEOUT,
+    BinaryWire,
     Delivery,
     STMPConnectionClosed,
     STMPError,
+    WebSocketWire,
     status_name,
 )
-from .client_session import (
-    BinaryWire,
-    DroppedDelivery,
-    Ready,
-    STMPClientSession,
-    WebSocketWire,
-    Wire,
-)
-from .codec import Encoding, Notify, Response
+from .client_session import DroppedDelivery, Ready, STMPClientSession, STMPRequests, Wire
+from .codec import Encoding, Notify
 
 __all__ = [
     "DEFAULT_PORT",
@@ -105,7 +101,7 @@ __all__ = [
 ]
 
 
-class STMPClientBase(SessionDriver):
+class STMPClientBase(STMPRequests, SessionDriver):
     """The STMP API on a :class:`~msgbroker.clientkit.protocol.SessionDriver`, whatever the
     transport: the TCP and WebSocket protocols below mix it in (and give it their ``wire``).
 
@@ -133,119 +129,28 @@ class STMPClientBase(SessionDriver):
     ) -> None:
         session = STMPClientSession(wire, encoding=encoding, timeout=timeout, heartbeat=heartbeat)
         super().__init__(session, clock)
-        self._delivery_callback = on_delivery
-        self._notify_callback = on_notify
+        self._use_handlers(on_delivery=on_delivery, on_notify=on_notify)
 
-    @property
-    def identity(self) -> str | None:
-        return self.session.identity
+    timeout = SessionAttribute("the default request timeout (s)")
 
-    @property
-    def stmp_version(self) -> tuple[int, int] | None:
-        """The version the server chose, once the version check passed (not ``version``:
-        autobahn's protocol uses that for the WebSocket version)."""
-        return self.session.stmp_version
-
-    @property
-    def pings_received(self) -> int:
-        return self.session.pings_received
-
-    @property
-    def late_replies(self) -> int:
-        """Replies that came after their request had timed out (dropped)."""
-        return self.session.late_replies
-
-    @property
-    def encoding(self) -> int:
-        return self.session.encoding
-
-    @property
-    def timeout(self) -> float:
-        return self.session.timeout
-
-    @property
-    def heartbeat(self) -> float | None:
-        return self.session.heartbeat
-
-    # -- events (override) -------------------------------------------------------------------
+    # -- events (override, or pass callables) -------------------------------------------------
 
     def on_delivery(self, delivery: Delivery) -> None:
         """A message routed to this client (mcast, ucast, bcast) or a presence event."""
-        if self._delivery_callback is not None:
-            self._delivery_callback(delivery)
 
     def on_notify(self, notify: Notify) -> None:
         """A notify other than a delivery (from a plugin's action)."""
-        if self._notify_callback is not None:
-            self._notify_callback(notify)
 
-    # -- requests ----------------------------------------------------------------------------
+    # -- requests (STMPRequests': each returns a Deferred) -------------------------------------
 
-    def request(
-        self,
-        action: int | str,
-        payload: Any = None,
-        encoding: int | None = None,
-        timeout: float | None = None,
-    ) -> defer.Deferred[Response]:
-        """Send a request to ``action`` (int or dotted ``"a.b.c.d"``); a Deferred of its
-        :class:`Response`, whatever the status, or a local ``Response(id, 0x25)`` after
-        ``timeout`` seconds (default: the protocol's) without one. ``payload``: ``None``
-        (no payload), bytes (sent as they are, with ``encoding`` or raw) or a value
-        (serialized with ``encoding``, default the protocol's). Bad actions or payloads
-        raise ``ValueError`` at once."""
-        return self._ask(
-            lambda: self.session.request(action, payload, encoding, timeout, now=self._now())
-        )
-
-    def call(
-        self,
-        action: int | str,
-        payload: Any = None,
-        encoding: int | None = None,
-        timeout: float | None = None,
-    ) -> defer.Deferred[Any]:
-        """:meth:`request`, firing with the decoded reply payload (``None`` if none) on Ok
-        and failing with :class:`STMPError` otherwise (``local=True`` for a timeout)."""
-        return self._ask(
-            lambda: self.session.call(action, payload, encoding, timeout, now=self._now())
-        )
-
-    def login(
-        self, identity: str, scheme: str = "open", credential: bytes | str | None = None
-    ) -> defer.Deferred[None]:
-        return self._ask(
-            lambda: self.session.login(identity, scheme, credential, now=self._now())
-        )
-
-    def subscribe(self, topic: str, presence: bool = False) -> defer.Deferred[Any]:
-        return self._ask(lambda: self.session.subscribe(topic, presence, now=self._now()))
-
-    def unsubscribe(self, topic: str) -> defer.Deferred[Any]:
-        return self._ask(lambda: self.session.unsubscribe(topic, now=self._now()))
-
-    def publish(self, topic: str, data: bytes) -> defer.Deferred[Any]:
-        return self._ask(lambda: self.session.publish(topic, data, now=self._now()))
-
-    def unicast(self, to: str, data: bytes) -> defer.Deferred[Any]:
-        return self._ask(lambda: self.session.unicast(to, data, now=self._now()))
-
-    def broadcast(self, data: bytes) -> defer.Deferred[Any]:
-        return self._ask(lambda: self.session.broadcast(data, now=self._now()))
-
-    def notify(self, action: int | str, payload: Any = None, encoding: int | None = None) -> None:
-        """Send a notify (no reply)."""
-        self._write_now(lambda: self.session.notify(action, payload, encoding))
-
-    def ping(self) -> None:
-        """Send a heartbeat ping now (the server does not answer it)."""
-        self._write_now(lambda: self.session.ping(self._now()))
-
-    def _ask(self, ask: Callable[[], int]) -> defer.Deferred[Any]:
+    def _perform(self, ask: Callable[[float], int]) -> defer.Deferred[Any]:
         try:
-            return self._request(ask)
+            return self._request(lambda: ask(self._now()))
         except STMPError as e:  # all 65535 ids in use
             return defer.fail(e)
+
+    def _perform_write(self, write: Callable[[float], None]) -> None:
+        self._write_now(lambda: write(self._now()))
 
     def _dispatch(self, event: Any) -> None:
         if isinstance(event, Delivery):

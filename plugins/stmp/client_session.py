@@ -14,22 +14,24 @@ deliveries and other notifies as events; a request from the server answered ``0x
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container
 from typing import Any
 
 from attrs import define, frozen
 
-from msgbroker.clientkit.session import ClientSession, Timers
+from msgbroker.clientkit.session import ClientSession, SessionAttribute, Timers
 from msgbroker.errors import RemoteProtocolError
 
 from . import codec, payloads
 from .client_common import (
     HEARTBEAT,
     REQUEST_TIMEOUT,
+    BinaryWire,
     LateReplies,
     RequestIds,
     STMPConnectionClosed,
     STMPError,
+    WebSocketWire,
     accepted_version,
     delivery_of,
     logged_in_as,
@@ -41,58 +43,6 @@ from .client_common import (
     version_request,
 )
 from .codec import Encoding, Message, Notify, Ping, Request, Response, Status
-
-# -- wires ---------------------------------------------------------------------------------------
-
-
-class BinaryWire:
-    """STMP on a byte stream (TCP): the binary serialization with PS."""
-
-    text = False
-
-    def __init__(self, max_payload: int = codec.DEFAULT_MAX_PAYLOAD) -> None:
-        self._decoder = codec.BinaryDecoder(max_payload)
-
-    def encode(self, message: Message, inline: bool | None = None) -> list[Any]:
-        return [codec.encode_binary(message)]
-
-    def decode(self, data: bytes) -> Iterable[Message]:
-        return self._decoder.feed(data)
-
-
-class WebSocketWire:
-    """STMP in WebSocket messages, ``(is_binary, payload)``: the text serialization (a
-    binary payload as the text header plus one binary message) or, with
-    ``binary_frames``, one binary-serialized message (without PS) per binary message."""
-
-    def __init__(
-        self, max_payload: int = codec.DEFAULT_MAX_PAYLOAD, binary_frames: bool = False
-    ) -> None:
-        #: True for the text serialization (the version list is hex)
-        self.text = not binary_frames
-        self._decoder = codec.TextDecoder(max_payload)
-
-    def encode(self, message: Message, inline: bool | None = None) -> list[Any]:
-        if not self.text:
-            return [(True, codec.encode_binary(message, with_ps=False))]
-        text, followup = codec.encode_text(message, inline)
-        units: list[Any] = [(False, text.encode("utf-8"))]
-        if followup is not None:
-            units.append((True, followup))
-        return units
-
-    def decode(self, unit: tuple[bool, bytes]) -> Iterable[Message]:
-        binary, payload = unit
-        message: Message | None
-        try:
-            if binary:
-                message = self._decoder.binary_frame(payload)
-            else:
-                message = self._decoder.text_frame(payload.decode("utf-8"))
-        except ValueError as e:  # UnicodeDecodeError included
-            raise RemoteProtocolError(str(e)) from None
-        return () if message is None else (message,)
-
 
 Wire = BinaryWire | WebSocketWire
 
@@ -169,68 +119,42 @@ class STMPClientSession(ClientSession):
     def pending_error(self) -> BaseException:
         return self.closed()
 
-    # -- requests (each returns its token; ValueError for a bad action or payload) ----------
+    # -- requests: :class:`STMPRequests`' (each gives its token; ``now``: when it is asked) ----
 
-    def request(
-        self,
-        action: int | str,
-        payload: Any = None,
-        encoding: int | None = None,
-        timeout: float | None = None,
-        *,
-        now: float,
-    ) -> int:
-        """A request to ``action`` (int or dotted ``"a.b.c.d"``), answered with its
-        :class:`~.codec.Response` whatever the status, or a local ``Response(id, 0x25)``
-        after ``timeout`` seconds (default: the session's). ``payload``: None (none), bytes
-        (sent as they are, with ``encoding`` or raw) or a value (serialized with
-        ``encoding``, default the session's). :class:`STMPError` (0x23) when all 65535 ids
-        are in use."""
-        return self._exchange("response", action, payload, encoding, timeout, now)
+    def request(self, now: float, action: int | str, *args: Any) -> int:
+        """A request answered with its :class:`~.codec.Response` whatever the status (a
+        local ``Response(id, 0x25)`` after its timeout); ``args``: payload, encoding,
+        timeout. :class:`STMPError` (0x23) when all 65535 ids are in use."""
+        return self._exchange("response", now, action, *args)
 
-    def call(
-        self,
-        action: int | str,
-        payload: Any = None,
-        encoding: int | None = None,
-        timeout: float | None = None,
-        *,
-        now: float,
-    ) -> int:
-        """:meth:`request`, answered with the decoded reply payload (None if none) on Ok,
-        failed with :class:`STMPError` otherwise (``local=True`` for a timeout)."""
-        return self._exchange("result", action, payload, encoding, timeout, now)
+    def call(self, now: float, action: int | str, *args: Any) -> int:
+        """:meth:`request` answered with the decoded payload on Ok, else failed."""
+        return self._exchange("result", now, action, *args)
 
-    def login(
-        self,
-        identity: str,
-        scheme: str = "open",
-        credential: bytes | str | None = None,
-        *,
-        now: float,
-    ) -> int:
-        fields = login_fields(identity, scheme, credential)
-        return self._exchange("login", payloads.LOGIN, fields, None, None, now, identity)
+    def login(self, now: float, identity: str, *args: Any) -> int:
+        fields = login_fields(identity, *args)
+        return self._exchange("login", now, payloads.LOGIN, fields, asked=identity)
 
-    def subscribe(self, topic: str, presence: bool = False, *, now: float) -> int:
+    def subscribe(self, now: float, topic: str, presence: bool = False) -> int:
         fields: dict[str, Any] = {"topic": topic}
         if presence:
             fields["presence"] = True
-        return self.call(payloads.SUBSCRIBE, fields, now=now)
+        return self.call(now, payloads.SUBSCRIBE, fields)
 
-    def unsubscribe(self, topic: str, *, now: float) -> int:
-        return self.call(payloads.UNSUBSCRIBE, {"topic": topic}, now=now)
+    def unsubscribe(self, now: float, topic: str) -> int:
+        return self.call(now, payloads.UNSUBSCRIBE, {"topic": topic})
 
-    def publish(self, topic: str, data: bytes, *, now: float) -> int:
-        fields = {"topic": topic, **payloads.data_fields(data, self.encoding)}
-        return self.call(payloads.PUBLISH, fields, now=now)
+    def publish(self, now: float, topic: str, data: bytes) -> int:
+        return self.call(now, payloads.PUBLISH, {"topic": topic, **self._data(data)})
 
-    def unicast(self, to: str, data: bytes, *, now: float) -> int:
-        fields = {"to": to, **payloads.data_fields(data, self.encoding)}
-        return self.call(payloads.UNICAST, fields, now=now)
+    def unicast(self, now: float, to: str, data: bytes) -> int:
+        return self.call(now, payloads.UNICAST, {"to": to, **self._data(data)})
 
-    def broadcast(self, data: bytes, *, now: float) -> int:
-        return self.call(payloads.BROADCAST, payloads.data_fields(data, self.encoding), now=now)
+    def broadcast(self, now: float, data: bytes) -> int:
+        return self.call(now, payloads.BROADCAST, self._data(data))
+
+    def _data(self, data: bytes) -> dict[str, Any]:
+        return payloads.data_fields(data, self.encoding)
 
     def notify(self, action: int | str, payload: Any = None, encoding: int | None = None) -> None:
         """A notify (no reply)."""
@@ -247,11 +171,11 @@ class STMPClientSession(ClientSession):
     def _exchange(
         self,
         kind: str,
-        action: int | str,
-        payload: Any,
-        encoding: int | None,
-        timeout: float | None,
         now: float,
+        action: int | str,
+        payload: Any = None,
+        encoding: int | None = None,
+        timeout: float | None = None,
         asked: str | None = None,
     ) -> int:
         message = request_message(0, action, payload, encoding, self.encoding)
@@ -378,6 +302,87 @@ class STMPClientSession(ClientSession):
             self._emit(DroppedDelivery(notify, str(e)))
 
 
+
+class STMPRequests:
+    r"""The STMP requests, once for both clients: each asks :attr:`session` and
+    :meth:`_perform`\ s it (``ask(now)`` returns the request's token) — the Twisted client
+    returns a Deferred of the answer, the blocking client waits for it and returns it (or
+    raises). Bad actions or payloads raise ``ValueError`` at once."""
+
+    session: STMPClientSession
+
+    def _perform(self, ask: Callable[[float], int]) -> Any:
+        raise NotImplementedError
+
+    def _perform_write(self, write: Callable[[float], None]) -> None:
+        """``write(now)`` makes the session write something that gets no answer."""
+        raise NotImplementedError
+
+    identity = SessionAttribute("the identity logged in as")
+    stmp_version = SessionAttribute(
+        "the version the server chose, once the version check passed (not ``version``: "
+        "autobahn's protocol uses that for the WebSocket version)"
+    )
+    pings_received = SessionAttribute("pings received from the server")
+    late_replies = SessionAttribute("replies that came after their request timed out (dropped)")
+    encoding = SessionAttribute("the payload encoding of the broker actions")
+    heartbeat = SessionAttribute("the heartbeat interval (None: no heartbeat)")
+
+    def request(
+        self,
+        action: int | str,
+        payload: Any = None,
+        encoding: int | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """A request to ``action`` (int or dotted ``"a.b.c.d"``); its
+        :class:`~.codec.Response`, whatever the status, or a local ``Response(id, 0x25)``
+        after ``timeout`` seconds (default: the client's) without one. ``payload``: None (no
+        payload), bytes (sent as they are, with ``encoding`` or raw) or a value (serialized
+        with ``encoding``, default the client's)."""
+        return self._perform(
+            lambda now: self.session.request(now, action, payload, encoding, timeout)
+        )
+
+    def call(
+        self, action: int | str, payload: Any = None, encoding: int | None = None,
+        timeout: float | None = None,
+    ) -> Any:  # fmt: skip
+        """:meth:`request`, giving the decoded reply payload (None if none) on Ok and
+        :class:`STMPError` otherwise (``local=True`` for a timeout)."""
+        return self._perform(
+            lambda now: self.session.call(now, action, payload, encoding, timeout)
+        )
+
+    def login(
+        self, identity: str, scheme: str = "open", credential: bytes | str | None = None
+    ) -> Any:
+        return self._perform(lambda now: self.session.login(now, identity, scheme, credential))
+
+    def subscribe(self, topic: str, presence: bool = False) -> Any:
+        return self._perform(lambda now: self.session.subscribe(now, topic, presence))
+
+    def unsubscribe(self, topic: str) -> Any:
+        return self._perform(lambda now: self.session.unsubscribe(now, topic))
+
+    def publish(self, topic: str, data: bytes) -> Any:
+        return self._perform(lambda now: self.session.publish(now, topic, data))
+
+    def unicast(self, to: str, data: bytes) -> Any:
+        return self._perform(lambda now: self.session.unicast(now, to, data))
+
+    def broadcast(self, data: bytes) -> Any:
+        return self._perform(lambda now: self.session.broadcast(now, data))
+
+    def notify(self, action: int | str, payload: Any = None, encoding: int | None = None) -> None:
+        """Send a notify (no reply)."""
+        self._perform_write(lambda now: self.session.notify(action, payload, encoding))
+
+    def ping(self) -> None:
+        """Send a heartbeat ping now (the server does not answer it)."""
+        self._perform_write(self.session.ping)
+
+
 class _Busy:
     """The ids a new request may not take: pending ones and timed-out ones."""
 
@@ -389,10 +394,4 @@ class _Busy:
         return ident in self._pending or ident in self._late
 
 
-__all__ = [
-    "BinaryWire",
-    "DroppedDelivery",
-    "Ready",
-    "STMPClientSession",
-    "WebSocketWire",
-]
+__all__ = ["DroppedDelivery", "Ready", "STMPClientSession", "STMPRequests"]
