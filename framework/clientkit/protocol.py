@@ -114,6 +114,7 @@ class SessionDriver:
     # -- for protocol subclasses ---------------------------------------------------------------
 
     def _clock(self) -> Any:
+        """The clock timers run on (the global reactor, looked up now, if none was given)."""
         if self.clock is None:
             from twisted.internet import reactor
 
@@ -244,6 +245,7 @@ class SessionDriver:
         self._fail_pending(self.session.pending_error())
 
     def _fail_pending(self, error: BaseException) -> None:
+        """Fail what is pending with ``error`` (a subclass extends it with its own waiters)."""
         pending, self._pending = self._pending, {}
         for d in pending.values():
             d.errback(error)
@@ -253,10 +255,12 @@ class SessionDriver:
                 ready.errback(self.session.error or error)
 
     def _flush(self) -> None:
-        units = self.session.outgoing()
-        if units and not self._lost:
-            for unit in units:
-                self._write(unit)
+        """Send what the session wrote, once the transport is open (until then the session
+        keeps it: a WebSocket carries nothing before its handshake)."""
+        if self._lost or not self._opened:
+            return
+        for unit in self.session.outgoing():
+            self._write(unit)
 
     def _schedule(self) -> None:
         due = None if self._lost or self.session.ended else self.session.next_tick()

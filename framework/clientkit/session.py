@@ -241,6 +241,11 @@ class ClientSession:
     def _send(self, unit: Any) -> None:
         self._out.append(unit)
 
+    def _send_first(self, units: list[Any]) -> None:
+        """Send ``units`` before what is already written (a greeting that must go first,
+        when requests were asked before the transport opened)."""
+        self._out[:0] = units
+
     def _token(self) -> int:
         return next(self._tokens)
 

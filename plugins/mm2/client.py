@@ -172,7 +172,7 @@ class MM2ClientProtocol(MM2Commands, StreamClientProtocol):
         """Fires when no publish is queued and the server acknowledged every message."""
         if not self._queue and not self.session.unacked and self.session.ready:
             return defer.succeed(None)
-        if self._lost or self.session.ended:
+        if self.closed or self.session.ended:
             return defer.fail(self.session.pending_error())
         d: defer.Deferred[None] = defer.Deferred()
         self._acked_waiters.append(d)
@@ -183,7 +183,7 @@ class MM2ClientProtocol(MM2Commands, StreamClientProtocol):
     def _publish(self, message: tuple[Any, ...], timeout: float | None) -> defer.Deferred[int]:
         """A Deferred of the seq, fired once written: queued while the window is full (or
         the handshake not done), failed with :class:`MM2Timeout` after ``timeout``."""
-        if self._lost or self.session.ended:
+        if self.closed or self.session.ended:
             return defer.fail(self.session.pending_error())
         prepared: Outgoing | tuple[Any, ...] = message
         if self.session.ready:
@@ -209,7 +209,7 @@ class MM2ClientProtocol(MM2Commands, StreamClientProtocol):
             super()._transport_data(unit)
         finally:
             self._receiving = False
-        if not self._lost and not self.session.ended and self.session.flush_acks() is not None:
+        if not self.closed and not self.session.ended and self.session.flush_acks() is not None:
             self._flush()
 
     def _dispatch(self, event: Any) -> None:
@@ -252,12 +252,12 @@ class MM2ClientProtocol(MM2Commands, StreamClientProtocol):
 
     def _handled(self, seq: int) -> None:
         self.session.done(seq)
-        if not self._receiving and not self._lost:
+        if not self._receiving and not self.closed:
             self.session.flush_acks()
             self._flush()
 
     def _command(self, write: Callable[[], object]) -> None:
-        if self._lost or self.session.ended:
+        if self.closed or self.session.ended:
             raise self.session.pending_error()
         if not self.session.ready:
             self._early.append(write)

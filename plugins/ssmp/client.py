@@ -113,12 +113,12 @@ class SSMPClientProtocol(SSMPRequests, StreamClientProtocol):
 
     def close(self) -> defer.Deferred[None]:
         """Send ``CLOSE``; fires once the connection is gone."""
-        if self._lost:
+        if self.closed:
             return defer.succeed(None)
         closed = self.when_closed()
         if not self.session.closing:
             reply = self._request(self.session.request_close)
-            reply.addBoth(lambda _: None if self._lost else self._drop(abort=False))
+            reply.addBoth(lambda _: None if self.closed else self._drop(abort=False))
         return closed.addCallback(lambda _: None)
 
     def _perform(self, ask: Callable[[], int]) -> defer.Deferred[None]:

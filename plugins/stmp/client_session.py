@@ -197,7 +197,7 @@ class STMPClientSession(ClientSession):
         """The version check goes first, before what was asked while connecting."""
         self._last_heard = self._last_ping = now
         message, inline = version_request(self.wire.text)
-        self._out[:0] = self.wire.encode(message, inline)
+        self._send_first(self.wire.encode(message, inline))
         self._timers.set(_VERSION, now + self.timeout)
         if self.heartbeat:
             self._timers.set(_HEARTBEAT, now + self.heartbeat)

@@ -429,3 +429,13 @@ def test_message_lines_are_the_message_or_the_non_empty_lines_of_stdin():
     stdin = io.BytesIO(b"a\n\nb\r\nc")
     assert list(kit_cli.message_lines(b"x", stdin)) == [b"x"]
     assert list(kit_cli.message_lines(b"-", stdin)) == [b"a", b"b", b"c"]
+
+
+def test_what_is_asked_before_the_transport_opens_waits_for_it():
+    proto = TwistedLineClient(clock=Clock())
+    pending = proto.ask("early")  # not connected yet: nothing can be written
+    transport = StringTransport()
+    proto.makeConnection(transport)
+    assert transport.value() == b"ASK early\n"
+    proto.dataReceived(b"ANS EARLY\n")
+    assert pending.result == "EARLY"
