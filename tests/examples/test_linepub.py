@@ -160,7 +160,7 @@ def test_its_sub_command_publishes(broker, example_venv, tmp_path):
     done = subprocess.run(
         [str(example_venv), "-c", "from msgbroker.cli import main; raise SystemExit(main())",
          "linepub", "pub", "news", "via the CLI", "--port", str(broker["linepub"]),
-         "--identity", "bob", "--scheme", "token", "--secret-file", str(token)],
+         "--id", "bob", "--scheme", "token", "--secret-file", str(token)],
         capture_output=True, text=True, timeout=30,
     )
     assert done.returncode == 0, done.stderr

@@ -7,6 +7,7 @@ from collections import deque
 from typing import Any
 
 from attrs import frozen
+
 from msgbroker.clientkit.blocking import BlockingClient, StreamChannel, open_tcp
 from msgbroker.clientkit.session import ClientSession, ConnectionClosed
 from msgbroker.errors import RemoteProtocolError
