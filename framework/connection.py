@@ -244,6 +244,11 @@ class ServerSession:
         if self._login_timer is not None:
             self._login_timer.cancel()
             self._login_timer = None
+        self.start_keepalive()
+
+    def start_keepalive(self) -> None:
+        """Start the framework's :class:`Keepalive` (at login). A protocol whose heartbeat
+        is its own (STMP pings on a fixed cadence from the open) overrides this."""
         peer = self.peer
         self.keepalive = Keepalive(
             self.timers,
@@ -323,6 +328,13 @@ class Connection:
     def data_received(self, data: bytes) -> None:
         self.server.data_received(data)
         self.broker.batcher.flush()  # what this input caused: one write per recipient
+
+    def feed_to(self, handle: Callable[..., None], *args: Any) -> None:
+        """Input the transport glue decoded itself (a WebSocket message and its type), for a
+        method of the server session: ``handle(*args)``, then the batch is flushed, as
+        after :meth:`data_received`."""
+        handle(*args)
+        self.broker.batcher.flush()
 
     def lost(self) -> None:
         """The transport is gone, whatever the reason."""
