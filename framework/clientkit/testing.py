@@ -25,7 +25,7 @@ import queue
 import socket
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
@@ -37,7 +37,15 @@ from zope.interface import implementer
 
 from .twisted_ws import ReactorTimer
 
-__all__ = ["WAIT", "FakeConnection", "FakeServer", "Inbox", "ReactorThread"]
+__all__ = [
+    "WAIT",
+    "FakeConnection",
+    "FakeServer",
+    "Inbox",
+    "MemoryWire",
+    "ReactorThread",
+    "result",
+]
 
 #: how long a test waits for anything a server or a client should do promptly
 WAIT = 10.0
@@ -101,6 +109,58 @@ class Inbox:
         d: defer.Deferred[Any] = defer.Deferred()
         self._waiters.append(d)
         return d
+
+
+class MemoryWire:
+    """A Twisted client (``proto``, built on ``clock``) connected to a StringTransport, no
+    sockets: the test plays the server, reading what the client wrote with :meth:`sent`
+    (``decode``: the protocol's decoder, fed the bytes) and answering with :meth:`feed`
+    (``encode``: one item to bytes), and drives the client's timers with :attr:`clock`."""
+
+    def __init__(
+        self,
+        proto: Any,
+        clock: Any,
+        decode: Callable[[bytes], Iterable[Any]] = lambda data: [data],
+        encode: Callable[[Any], bytes] = bytes,
+    ) -> None:
+        from twisted.internet.testing import StringTransport
+
+        self.proto = proto
+        self.clock = clock
+        self.transport = StringTransport()
+        self._decode = decode
+        self._encode = encode
+        proto.makeConnection(self.transport)
+
+    def sent(self) -> list[Any]:
+        """What the client wrote since the last call, decoded."""
+        data = self.transport.value()
+        self.transport.clear()
+        return list(self._decode(data))
+
+    def feed(self, *items: Any) -> None:
+        self.proto.dataReceived(b"".join(self._encode(item) for item in items))
+
+    def lose(self) -> None:
+        from twisted.internet.error import ConnectionDone
+
+        self.proto.connectionLost(Failure(ConnectionDone("gone")))
+
+    @property
+    def closed(self) -> bool:
+        """Whether the client closed (or aborted) the connection."""
+        return bool(self.transport.disconnecting)
+
+
+def result(d: defer.Deferred[Any]) -> Any:
+    """The result of a Deferred that has fired (raising its failure)."""
+    box: list[Any] = []
+    d.addBoth(box.append)
+    assert box, "the Deferred has not fired"
+    if isinstance(box[0], Failure):
+        box[0].raiseException()
+    return box[0]
 
 
 class FakeConnection:

@@ -35,7 +35,7 @@ from msgbroker.clientkit.protocol import (
     connect_client,
 )
 from msgbroker.clientkit.session import ClientSession, ConnectionClosed, Timers
-from msgbroker.clientkit.testing import WAIT, FakeServer, Inbox, ReactorThread
+from msgbroker.clientkit.testing import WAIT, FakeServer, Inbox, MemoryWire, ReactorThread
 from msgbroker.clientkit.tls import client_tls_options, ssl_context
 from msgbroker.clientkit.websocket import WebSocketChannel
 from msgbroker.errors import RemoteProtocolError
@@ -235,12 +235,11 @@ def test_a_session_answers_tokens_emits_events_and_ends_on_a_protocol_error():
 # -- the Twisted driver --------------------------------------------------------------------------
 
 
-def memory_client(**options: Any) -> tuple[TwistedLineClient, StringTransport, Clock]:
+def memory_client(**options: Any) -> tuple[TwistedLineClient, Any, Clock]:
+    """The toy client on the kit's MemoryWire (a StringTransport, a Clock)."""
     clock = Clock()
-    proto = TwistedLineClient(clock=clock, **options)
-    transport = StringTransport()
-    proto.makeConnection(transport)
-    return proto, transport, clock
+    wire = MemoryWire(TwistedLineClient(clock=clock, **options), clock)
+    return wire.proto, wire.transport, clock
 
 
 def test_twisted_driver_fires_answers_delivers_events_and_runs_timers_on_its_clock():

@@ -30,13 +30,10 @@ from typing import Any
 
 import pytest
 from attrs import evolve, frozen
-from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
-from twisted.python.failure import Failure
 
 from msgbroker.clientkit.testing import FakeConnection as KitFakeConnection
-from msgbroker.clientkit.testing import FakeServer
+from msgbroker.clientkit.testing import FakeServer, MemoryWire
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.filters import matches_all
 from msgbroker.plugins.mm2.blocking import BlockingMM2Client
@@ -354,17 +351,16 @@ def blocking_client(server: Target, **options: Any) -> BlockingMM2Client:
 # -- Twisted, on a Clock and a StringTransport ----------------------------------------------------
 
 
-class Wire:
+class Wire(MemoryWire):
     """An :class:`MM2ClientProtocol` on a StringTransport and a Clock; the test plays the
     server with the codec."""
 
     def __init__(self, **options: Any) -> None:
         options.setdefault("identity", "alice")
-        self.clock = Clock()
-        self.proto = MM2ClientProtocol(clock=self.clock, **options)
-        self.transport = StringTransport()
+        clock = Clock()
         self._frames = FrameDecoder()
-        self.proto.makeConnection(self.transport)
+        super().__init__(MM2ClientProtocol(clock=clock, **options), clock, self._frames.feed,
+                         encode_frame)  # fmt: skip
         self.hello = self.read_handshake()
         self.confirm: Handshake | None = None
 
@@ -382,29 +378,3 @@ class Wire:
         self.proto.dataReceived(encode_handshake(reply))
         self.confirm = self.read_handshake()
         return self.confirm
-
-    def sent(self) -> list[Any]:
-        """The frames the client wrote since the last call."""
-        data = self.transport.value()
-        self.transport.clear()
-        return list(self._frames.feed(data))
-
-    def feed(self, *frames: Any) -> None:
-        self.proto.dataReceived(b"".join(encode_frame(f) for f in frames))
-
-    def lose(self) -> None:
-        self.proto.connectionLost(Failure(ConnectionDone("gone")))
-
-    @property
-    def closed(self) -> bool:
-        return bool(self.transport.disconnecting)
-
-
-def result(d: Any) -> Any:
-    """The result of a Deferred that has fired (raising its failure)."""
-    box: list[Any] = []
-    d.addBoth(box.append)
-    assert box, "the Deferred has not fired"
-    if isinstance(box[0], Failure):
-        box[0].raiseException()
-    return box[0]

@@ -9,9 +9,8 @@ import time
 import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
 
-from msgbroker.clientkit.testing import WAIT, FakeServer
+from msgbroker.clientkit.testing import WAIT, FakeServer, MemoryWire
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.ssmp.client import (
     BlockingSSMPClient,
@@ -226,10 +225,8 @@ def test_twisted_keepalive_ping_after_idle_then_pong_keeps_the_connection(broker
 
 def memory_client(**options):
     clock = Clock()
-    proto = SSMPClientProtocol(clock=clock, **options)
-    transport = StringTransport()
-    proto.makeConnection(transport)
-    return proto, transport, clock
+    wire = MemoryWire(SSMPClientProtocol(clock=clock, **options), clock)
+    return wire.proto, wire.transport, clock
 
 
 def test_keepalive_closes_when_no_pong_follows_the_ping():

@@ -29,13 +29,10 @@ from typing import Any
 import pytest
 from attrs import frozen
 from twisted.internet import defer
-from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock, LoopingCall
-from twisted.internet.testing import StringTransport
-from twisted.python.failure import Failure
 
 from msgbroker.clientkit.testing import FakeConnection as KitFakeConnection
-from msgbroker.clientkit.testing import FakeServer
+from msgbroker.clientkit.testing import FakeServer, MemoryWire
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.stmp import payloads
 from msgbroker.plugins.stmp.client import BlockingSTMPClient, STMPClientProtocol, connect
@@ -387,43 +384,15 @@ def blocking_client(server: Target, **options: Any) -> BlockingSTMPClient:
 # -- Twisted, on a Clock and a StringTransport --------------------------------------------------
 
 
-class Wire:
+class Wire(MemoryWire):
     """An :class:`STMPClientProtocol` on a StringTransport and a Clock."""
 
     def __init__(self, **options: Any) -> None:
-        self.clock = Clock()
-        self.proto = STMPClientProtocol(clock=self.clock, **options)
-        self.transport = StringTransport()
-        self.proto.makeConnection(self.transport)
-        self._decoder = BinaryDecoder()
-
-    def sent(self) -> list[Message]:
-        """What the client wrote since the last call."""
-        data = self.transport.value()
-        self.transport.clear()
-        return list(self._decoder.feed(data))
-
-    def feed(self, *messages: Message) -> None:
-        self.proto.dataReceived(b"".join(encode_binary(m) for m in messages))
+        clock = Clock()
+        proto = STMPClientProtocol(clock=clock, **options)
+        super().__init__(proto, clock, BinaryDecoder().feed, encode_binary)
 
     def ready(self) -> None:
         """Answer the version check."""
         assert self.sent()[0] == Request(0, 0, RAW, b"\x01")
         self.feed(Response(0, Status.OK, RAW, b"\x01"))
-
-    def lose(self) -> None:
-        self.proto.connectionLost(Failure(ConnectionDone("gone")))
-
-    @property
-    def closed(self) -> bool:
-        return bool(self.transport.disconnecting)
-
-
-def result(d: defer.Deferred[Any]) -> Any:
-    """The result of a Deferred that has fired (raising its failure)."""
-    box: list[Any] = []
-    d.addBoth(box.append)
-    assert box, "the Deferred has not fired"
-    if isinstance(box[0], Failure):
-        box[0].raiseException()
-    return box[0]

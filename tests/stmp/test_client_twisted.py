@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from msgbroker.clientkit.testing import result
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.stmp import payloads
 from msgbroker.plugins.stmp.client import Delivery, STMPConnectionClosed, STMPError
@@ -24,7 +25,6 @@ from tests.stmp.client_support import (
     RAW,
     SILENT,
     Wire,
-    result,
 )
 
 
