@@ -295,23 +295,36 @@ class WindowOutput:
             held.append((piece, queued))
             self.held_bytes += len(piece) + HELD_OVERHEAD
         self._send_held()
-        # the budget knows of what was held before (``_reported``): only growth must be
-        # admitted, and only then, so a window that keeps up costs the budget nothing
-        policy, budget, backlog = self.policy, self.budget, self.held_bytes
-        within_budget = budget is None or backlog <= self._reported or budget.admits(self, backlog)
-        if backlog <= policy.max_backlog and within_budget:
-            self._report()
-            return
-        if policy.drop:  # --slow-consumer drop: the newest that do not fit are discarded
-            bound = policy.max_backlog if within_budget else self._reported
-            count = 0
-            while self.held_bytes > bound and held and held[-1][1] is None:
-                self.held_bytes -= len(held.pop()[0]) + HELD_OVERHEAD
-                count += 1
-            self._report()
-            self._dropped(count)
-            return
-        self._cut_off()
+        policy = self.policy
+        dropped = 0
+        if self.held_bytes > policy.max_backlog:  # this connection's own bound
+            if not policy.drop:
+                self._cut_off()
+                return
+            dropped = self._drop_newest(policy.max_backlog)
+        if not self._admitted():  # the broker's output budget, for all connections together
+            if not policy.drop:
+                self._cut_off()
+                return
+            dropped += self._drop_newest(self._reported)
+        self._report()
+        self._dropped(dropped)
+
+    def _admitted(self) -> bool:
+        """Whether the budget lets the window hold what it holds now. It knows of what was
+        held before (``_reported``): only growth is asked about, so a window that keeps up
+        costs the budget nothing."""
+        budget, backlog = self.budget, self.held_bytes
+        return budget is None or backlog <= self._reported or budget.admits(self, backlog)
+
+    def _drop_newest(self, bound: int) -> int:
+        """``--slow-consumer drop``: discard the newest held messages (not queue ones) until
+        what is held fits ``bound``; returns how many."""
+        held, count = self.held, 0
+        while self.held_bytes > bound and held and held[-1][1] is None:
+            self.held_bytes -= len(held.pop()[0]) + HELD_OVERHEAD
+            count += 1
+        return count
 
     def _cut_off(self) -> None:
         """Past a bound under ``disconnect``: what is held is counted dropped and let go,

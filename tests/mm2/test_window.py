@@ -318,6 +318,18 @@ def test_past_the_budget_the_largest_window_is_cut_first():
     assert big.link.closed == [CloseReason.SLOW_CONSUMER]
 
 
+def test_a_window_past_its_own_bound_cuts_nobody_else():
+    budget = OutputBudget(limit=4 * PIECE)
+    big = Window(size=1, budget=budget)
+    for i in range(4):
+        big.session.send(delivery(b"%03d" % i))  # 3 held: the budget's largest member
+    own = Window(size=1, max_backlog=PIECE, budget=budget)
+    for i in range(3):
+        own.session.send(delivery(b"%03d" % i))  # past its own bound before the budget's
+    assert own.output.cut_off and not big.output.cut_off
+    assert budget.cuts == 0
+
+
 def test_a_window_refused_by_the_budget_applies_its_own_policy():
     budget = OutputBudget(limit=2 * PIECE)
     dropping = Window(size=1, drop=True, budget=budget)
