@@ -145,8 +145,8 @@ class WindowOutput:
 
     def cut(self) -> bool:
         """The broker's output budget is spent and this window holds the largest backlog:
-        ``drop`` keeps it (held messages are taken nothing more while the budget is
-        spent); ``disconnect`` cuts the connection off."""
+        ``drop`` keeps what it holds (and holds no more while the budget stays spent);
+        ``disconnect`` cuts the connection off."""
         if self.policy.drop:
             return False
         self._cut_off()
