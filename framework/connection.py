@@ -26,6 +26,7 @@ from twisted.internet.protocol import Protocol as TwistedProtocol
 
 from .output import TransportOutput
 from .reasons import ABORTED, CloseReason
+from .tcpkeepalive import set_tcp_keepalive
 from .tls import peer_names
 
 if TYPE_CHECKING:
@@ -194,6 +195,10 @@ class ServerSession:
     login_required: ClassVar[bool] = True
     #: close reasons for which the connection is aborted rather than flushed and closed
     aborted_on: ClassVar[frozenset[CloseReason]] = ABORTED
+    #: whether the protocol has a ping of its own (:meth:`send_keepalive`). Without one,
+    #: silence proves nothing: no idle timer runs after login, and a stream transport asks
+    #: the kernel to probe a silent peer instead (:mod:`msgbroker.tcpkeepalive`)
+    heartbeat: ClassVar[bool] = True
 
     def __init__(self, broker: Broker, peer: Session, timers: Timers, link: Any = None) -> None:
         self.broker = broker
@@ -240,7 +245,8 @@ class ServerSession:
         return names
 
     def logged_in(self) -> None:
-        """Call once the login succeeded: stops the login timer, starts the keepalive."""
+        """Call once the login succeeded: stops the login timer, starts the keepalive (with
+        a :attr:`heartbeat`)."""
         if self._login_timer is not None:
             self._login_timer.cancel()
             self._login_timer = None
@@ -249,6 +255,8 @@ class ServerSession:
     def start_keepalive(self) -> None:
         """Start the framework's :class:`Keepalive` (at login). A protocol whose heartbeat
         is its own (STMP pings on a fixed cadence from the open) overrides this."""
+        if not self.heartbeat:  # the kernel's TCP keepalive probes instead
+            return
         peer = self.peer
         self.keepalive = Keepalive(
             self.timers,
@@ -423,6 +431,8 @@ class StreamProtocol(TwistedProtocol):
     def connectionMade(self) -> None:
         transport: Any = self.transport
         no_delay(transport)
+        if not self.session_class.heartbeat:
+            set_tcp_keepalive(transport, self.broker.config.keepalive)
         host = getattr(transport.getPeer(), "host", "") or ""
         self.connection = Connection(self.broker, self.session_class, self, transport, host)
 

@@ -316,12 +316,11 @@ def fake_or_broker(request: pytest.FixtureRequest, thread: ReactorThread) -> Ite
 
 
 def broker_connection(target: BrokerTarget, identity: str) -> Any:
-    """The broker's :class:`MM2ServerProtocol` of the client logged in as ``identity`` (in
+    """The broker's :class:`MM2ServerSession` of the client logged in as ``identity`` (in
     the reactor thread: read it there, through ``target.call``)."""
     session = target.running.service.broker.hub.lookup(identity)
     assert session is not None, f"nobody is logged in as {identity!r}"
-    # the server session (its Connection's), or a protocol on the transitional shim
-    return getattr(session.link, "server", session.link)
+    return session.link.server  # the connection adapter's server session
 
 
 #: what :func:`settle` sends itself (valid JSON, so it also goes with ``json`` active)

@@ -141,7 +141,9 @@ def test_twisted_client_receives_and_acks_within_the_window(target):
         # another round trip: the ack up to 26 (the last message) was written before it
         target.call(proto.unicast, "tw", b"again")
         assert got.get(timeout=WAIT).payload == b"again"
-        unacked = target.call(lambda: [seq for seq, _ in broker_connection(target, "tw").unacked])
+        unacked = target.call(
+            lambda: [seq for seq, _ in broker_connection(target, "tw").output.unacked]
+        )
         assert unacked in ([], [27])  # at most the round trip's own message
     target.call(proto.close)
 
