@@ -419,7 +419,27 @@ def reading_transport(transport: Any) -> Any:
     return transport
 
 
-class StreamProtocol(TwistedProtocol):
+class ReadsTransport:
+    """``pause_reading``, ``resume_reading`` and ``certificate_names`` of a
+    :class:`TransportLink` whose ``transport`` is a Twisted transport (through TLS)."""
+
+    transport: Any
+
+    def pause_reading(self) -> None:
+        reader = reading_transport(self.transport)
+        if reader is not None:
+            reader.pauseProducing()
+
+    def resume_reading(self) -> None:
+        reader = reading_transport(self.transport)
+        if reader is not None:
+            reader.resumeProducing()
+
+    def certificate_names(self) -> frozenset[str] | None:
+        return peer_names(self.transport)
+
+
+class StreamProtocol(ReadsTransport, TwistedProtocol):
     """TCP and TLS (and unix stream sockets): the Twisted side of a :class:`Connection`."""
 
     connection: Connection | None = None
@@ -454,18 +474,6 @@ class StreamProtocol(TwistedProtocol):
         else:
             transport.loseConnection()
 
-    def pause_reading(self) -> None:
-        reader = reading_transport(self.transport)
-        if reader is not None:
-            reader.pauseProducing()
-
-    def resume_reading(self) -> None:
-        reader = reading_transport(self.transport)
-        if reader is not None:
-            reader.resumeProducing()
-
-    def certificate_names(self) -> frozenset[str] | None:
-        return peer_names(self.transport)
 
 
 class StreamFactory(Factory):

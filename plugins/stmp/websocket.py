@@ -24,9 +24,8 @@ from typing import Any
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.protocol import WebSocketProtocol
 
-from msgbroker.connection import Connection, no_delay, reading_transport
+from msgbroker.connection import Connection, ReadsTransport, no_delay
 from msgbroker.reasons import CloseReason
-from msgbroker.tls import peer_names
 
 from .encoders import binary_frame, text_frames, ws_frame
 from .protocol import STMPWebSocketSession
@@ -40,7 +39,8 @@ _END_OF_HEAD = b"\r\n\r\n"
 _TOO_BIG = 1009
 
 
-class STMPWebSocketProtocol(WebSocketServerProtocol):
+# autobahn's own bases disagree on two attribute types, which mypy checks once there is a mixin
+class STMPWebSocketProtocol(ReadsTransport, WebSocketServerProtocol):  # type: ignore[misc]
     """One WebSocket connection: autobahn's protocol, and the transport side
     (:class:`~msgbroker.connection.TransportLink`) of its :class:`Connection`."""
 
@@ -164,20 +164,10 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
         else:
             self.sendClose(1000)
 
-    def pause_reading(self) -> None:
-        reader = reading_transport(self.transport)
-        if reader is not None:
-            reader.pauseProducing()
-
     def resume_reading(self) -> None:
-        reader = reading_transport(self.transport)
-        if reader is not None:
-            reader.resumeProducing()
+        super().resume_reading()
         if self.state == _OPEN:
             self.consumeData()  # what waited in autobahn's buffer meanwhile
-
-    def certificate_names(self) -> frozenset[str] | None:
-        return peer_names(self.transport)
 
 
 class ReactorTimer:
