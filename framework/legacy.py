@@ -8,9 +8,10 @@ from typing import Any, ClassVar
 
 from twisted.internet.protocol import Factory, Protocol
 
-from .connection import Keepalive, Timers, no_delay, reading_transport
+from .connection import no_delay, reading_transport
 from .output import TransportOutput
 from .reasons import CloseReason
+from .timers import Keepalive, Timers
 from .tls import peer_names
 
 

@@ -24,8 +24,9 @@ from twisted.python.failure import Failure
 
 from .broker import Broker
 from .config import BrokerConfig, Listener
-from .connection import ServerSession, Timers
+from .connection import ServerSession
 from .reasons import CloseReason
+from .timers import Timers
 
 
 class ClosingTransport(StringTransport):

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 from twisted.logger import Logger
 
 from msgbroker.auth import Accept, LoginRequest
-from msgbroker.connection import ServerSession, Timer
+from msgbroker.connection import ServerSession
 from msgbroker.errors import NoSuchIdentity, RemoteProtocolError
 from msgbroker.message import Kind, Message, MessageRun
 from msgbroker.reasons import CloseReason
+from msgbroker.timers import Timer
 
 from . import codec
 from .delivery import encode_delivery

@@ -36,11 +36,11 @@ from .delivery import extension_frame, messages, numbered, type_marker
 from .frames import CONTINUED, EXTENSION, LARGE
 
 if TYPE_CHECKING:
-    from msgbroker.connection import Timer, Timers
     from msgbroker.message import Message
     from msgbroker.output import Output, OutputBudget, OutputPolicy
     from msgbroker.queues import QueueGroup
     from msgbroker.session import Session
+    from msgbroker.timers import Timer, Timers
 
 #: what holding a message for a full ack window costs beyond its frames (the bytes
 #: object, the tuple, the deque slot): counted so that a flood of tiny messages is bounded

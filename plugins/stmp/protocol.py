@@ -13,9 +13,10 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from msgbroker.connection import ServerSession, Timer
+from msgbroker.connection import ServerSession
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.reasons import CloseReason
+from msgbroker.timers import Timer
 
 from . import codec, payloads, runs
 from .codec import Encoding, Notify, Request, Response, Status

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 from twisted.internet.task import Clock
 
-from msgbroker.connection import Timers
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.hub import HubStats
 from msgbroker.message import Kind, Message
@@ -21,6 +20,7 @@ from msgbroker.queues import QueueGroup
 from msgbroker.reasons import CloseReason
 from msgbroker.session import Session
 from msgbroker.testing import MemoryWire
+from msgbroker.timers import Timers
 
 
 class Recorder:
