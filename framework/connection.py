@@ -26,6 +26,8 @@ from twisted.internet.protocol import Protocol as TwistedProtocol
 
 from .output import TransportOutput
 from .reasons import ABORTED, CloseReason
+from .tcpkeepalive import set_tcp_keepalive
+from .timers import Keepalive, Timer, Timers
 from .tls import peer_names
 
 if TYPE_CHECKING:
@@ -34,148 +36,6 @@ if TYPE_CHECKING:
     from .message import Message
     from .output import Output
     from .session import Session
-
-
-class Timer:
-    """One requested call (:meth:`Timers.call_later`); ``cancel()`` it when not needed."""
-
-    __slots__ = ("at", "call", "timers")
-
-    def __init__(self, timers: Timers, at: float, call: Callable[[], None]) -> None:
-        self.timers = timers
-        self.at = at
-        self.call = call
-
-    def cancel(self) -> None:
-        self.timers.cancel(self)
-
-    @property
-    def active(self) -> bool:
-        return self in self.timers.pending
-
-
-class Timers:
-    """A session's timers as deadlines: the session asks (:meth:`call_later`), whoever runs
-    it calls :meth:`tick` at or after :attr:`deadline` — the connection adapter on the
-    reactor, a test after advancing its fake clock. ``seconds()`` is the time now;
-    ``wake(at)`` is told whenever the earliest deadline moves earlier."""
-
-    __slots__ = ("pending", "seconds", "wake", "woken_for")
-
-    def __init__(
-        self, seconds: Callable[[], float], wake: Callable[[float], None] | None = None
-    ) -> None:
-        self.seconds = seconds
-        self.wake = wake
-        self.pending: list[Timer] = []
-        #: the deadline ``wake`` was last told of
-        self.woken_for: float | None = None
-
-    def call_later(self, delay: float, call: Callable[[], None]) -> Timer:
-        timer = Timer(self, self.seconds() + delay, call)
-        self.pending.append(timer)
-        woken_for = self.woken_for
-        if woken_for is None or timer.at < woken_for:
-            self.woken_for = timer.at
-            if self.wake is not None:
-                self.wake(timer.at)
-        return timer
-
-    def cancel(self, timer: Timer) -> None:
-        # the adapter's wake-up, if it was for this one, finds nothing due and sleeps again
-        with contextlib.suppress(ValueError):
-            self.pending.remove(timer)
-
-    @property
-    def deadline(self) -> float | None:
-        """When the next call is due, or None."""
-        pending = self.pending
-        return min(timer.at for timer in pending) if pending else None
-
-    def tick(self) -> None:
-        """Run every call that is due, earliest first."""
-        now = self.seconds()
-        due = sorted((t for t in self.pending if t.at <= now), key=_at)
-        for timer in due:
-            if timer in self.pending:  # an earlier call may have cancelled it
-                self.pending.remove(timer)
-                timer.call()
-        deadline = self.deadline
-        self.woken_for = deadline
-        if deadline is not None and self.wake is not None:
-            self.wake(deadline)
-
-    def cancel_all(self) -> None:
-        self.pending.clear()
-        self.woken_for = None
-
-
-def _at(timer: Timer) -> float:
-    return timer.at
-
-
-class Keepalive:
-    """``interval`` s after the last activity call ``on_idle`` (send a ping); another
-    ``interval`` s with no activity and call ``on_dead``.
-
-    Activity is recorded by :meth:`touch` (once per input, not per message); the timer
-    re-arms only when it fires, so a busy connection costs one clock read per input.
-    ``held()`` is True while the broker itself stopped reading from the peer (flood control,
-    a pending login): that silence is ours, so it counts as activity.
-    """
-
-    __slots__ = (
-        "_held",
-        "_interval",
-        "_on_dead",
-        "_on_idle",
-        "_pinged_at",
-        "_timer",
-        "_timers",
-        "last",
-    )
-
-    def __init__(
-        self,
-        timers: Timers,
-        interval: float,
-        on_idle: Callable[[], None],
-        on_dead: Callable[[], None],
-        held: Callable[[], bool] | None = None,
-    ) -> None:
-        self._timers = timers
-        self._interval = interval
-        self._on_idle = on_idle
-        self._on_dead = on_dead
-        self._held = held
-        self._pinged_at: float | None = None
-        self.last = timers.seconds()
-        self._timer: Timer | None = timers.call_later(interval, self._check)
-
-    def touch(self) -> None:
-        self.last = self._timers.seconds()
-
-    def _check(self) -> None:
-        timers = self._timers
-        now = timers.seconds()
-        if self._held is not None and self._held():
-            self.last = now
-        idle = now - self.last
-        if idle < self._interval:
-            self._pinged_at = None
-            self._timer = timers.call_later(self._interval - idle, self._check)
-        elif self._pinged_at is not None and self.last < self._pinged_at:
-            self._timer = None  # pinged, and nothing at all came back since
-            self._on_dead()
-        else:
-            self._pinged_at = now
-            self._timer = timers.call_later(self._interval, self._check)
-            self._on_idle()
-
-    def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
 
 
 class ServerSession:
@@ -195,6 +55,10 @@ class ServerSession:
     login_required: ClassVar[bool] = True
     #: close reasons for which the connection is aborted rather than flushed and closed
     aborted_on: ClassVar[frozenset[CloseReason]] = ABORTED
+    #: whether the protocol has a ping of its own (:meth:`send_keepalive`). Without one,
+    #: silence proves nothing: no idle timer runs after login, and a stream transport asks
+    #: the kernel to probe a silent peer instead (:mod:`msgbroker.tcpkeepalive`)
+    heartbeat: ClassVar[bool] = True
 
     def __init__(self, broker: Broker, peer: Session, timers: Timers, link: Any = None) -> None:
         self.broker = broker
@@ -247,10 +111,18 @@ class ServerSession:
         return names
 
     def logged_in(self) -> None:
-        """Call once the login succeeded: stops the login timer, starts the keepalive."""
+        """Call once the login succeeded: stops the login timer, starts the keepalive (with
+        a :attr:`heartbeat`)."""
         if self._login_timer is not None:
             self._login_timer.cancel()
             self._login_timer = None
+        self.start_keepalive()
+
+    def start_keepalive(self) -> None:
+        """Start the framework's :class:`Keepalive` (at login). A protocol whose heartbeat
+        is its own (STMP pings on a fixed cadence from the open) overrides this."""
+        if not self.heartbeat:  # the kernel's TCP keepalive probes instead
+            return
         peer = self.peer
         self.keepalive = Keepalive(
             self.timers,
@@ -344,6 +216,13 @@ class Connection:
         self.server.packets_received(packets)
         self.broker.batcher.flush()
 
+    def feed_to(self, handle: Callable[..., None], *args: Any) -> None:
+        """Input the transport glue decoded itself (a WebSocket message and its type), for a
+        method of the server session: ``handle(*args)``, then the batch is flushed, as
+        after :meth:`data_received`."""
+        handle(*args)
+        self.broker.batcher.flush()
+
     def lost(self) -> None:
         """The transport is gone, whatever the reason."""
         self.timers.cancel_all()
@@ -419,7 +298,27 @@ def reading_transport(transport: Any) -> Any:
     return transport
 
 
-class StreamProtocol(TwistedProtocol):
+class ReadsTransport:
+    """``pause_reading``, ``resume_reading`` and ``certificate_names`` of a
+    :class:`TransportLink` whose ``transport`` is a Twisted transport (through TLS)."""
+
+    transport: Any
+
+    def pause_reading(self) -> None:
+        reader = reading_transport(self.transport)
+        if reader is not None:
+            reader.pauseProducing()
+
+    def resume_reading(self) -> None:
+        reader = reading_transport(self.transport)
+        if reader is not None:
+            reader.resumeProducing()
+
+    def certificate_names(self) -> frozenset[str] | None:
+        return peer_names(self.transport)
+
+
+class StreamProtocol(ReadsTransport, TwistedProtocol):
     """TCP and TLS (and unix stream sockets): the Twisted side of a :class:`Connection`."""
 
     connection: Connection | None = None
@@ -431,6 +330,8 @@ class StreamProtocol(TwistedProtocol):
     def connectionMade(self) -> None:
         transport: Any = self.transport
         no_delay(transport)
+        if not self.session_class.heartbeat:
+            set_tcp_keepalive(transport, self.broker.config.keepalive)
         host = getattr(transport.getPeer(), "host", "") or ""
         self.connection = Connection(self.broker, self.session_class, self, transport, host)
 
@@ -452,18 +353,6 @@ class StreamProtocol(TwistedProtocol):
         else:
             transport.loseConnection()
 
-    def pause_reading(self) -> None:
-        reader = reading_transport(self.transport)
-        if reader is not None:
-            reader.pauseProducing()
-
-    def resume_reading(self) -> None:
-        reader = reading_transport(self.transport)
-        if reader is not None:
-            reader.resumeProducing()
-
-    def certificate_names(self) -> frozenset[str] | None:
-        return peer_names(self.transport)
 
 
 class StreamFactory(Factory):

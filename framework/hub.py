@@ -379,6 +379,17 @@ class Hub:
         self.stats.delivered += delivered
         return delivered
 
+    def redeliver(self, taken: Iterable[tuple[Message, QueueGroup]]) -> int:
+        """Queue messages a peer took and never acknowledged (it is gone), oldest first: each
+        back to its group, in order (:meth:`QueueGroup.redeliver_all`). Returns how many
+        went to other members now."""
+        by_group: dict[QueueGroup, list[Message]] = {}
+        for message, group in taken:
+            by_group.setdefault(group, []).append(message)
+        delivered = sum(group.redeliver_all(messages) for group, messages in by_group.items())
+        self.stats.delivered += delivered
+        return delivered
+
     def _dropped(self, count: int) -> None:
         self.stats.dropped += count
 

@@ -120,10 +120,6 @@ class Session:
 
     def close(self, reason: CloseReason, detail: str = "") -> None:
         """Close the connection for ``reason`` (the first reason wins)."""
-        if not isinstance(reason, CloseReason):  # TRANSITIONAL (issue 13): old string reasons
-            from .legacy import as_reason
-
-            reason, detail = as_reason(reason)
         if self.close_reason is None:
             self.close_reason = reason
             self.close_detail = detail
@@ -131,9 +127,6 @@ class Session:
                 # its backlog is let go at once: it leaves the output budget
                 self.output.stop()
             self.link.close_transport(reason)
-
-    def reply(self, frame: bytes) -> None:  # TRANSITIONAL (issue 13)
-        self.output.reply(frame)
 
     def kick(self, reason: str) -> None:
         """The hub closes this session: its identity logged in elsewhere."""

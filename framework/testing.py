@@ -14,7 +14,7 @@ Two ways to talk to one of its protocols:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from twisted.internet.address import IPv4Address
@@ -24,8 +24,9 @@ from twisted.python.failure import Failure
 
 from .broker import Broker
 from .config import BrokerConfig, Listener
-from .connection import ServerSession, Timers
+from .connection import ServerSession
 from .reasons import CloseReason
+from .timers import Timers
 
 
 class ClosingTransport(StringTransport):
@@ -184,6 +185,14 @@ class SessionDriver:
         """``data`` arrives from the peer (no-op once the connection is gone)."""
         if not self._lost:
             self.server.data_received(data)
+            self.broker.batcher.flush()
+
+    def feed_to(self, handle: Callable[..., None], *args: Any) -> None:
+        """Input for a method of the server session other than ``data_received`` (what a
+        transport glue decodes itself, a WebSocket message): ``handle(*args)``, as
+        :meth:`msgbroker.connection.Connection.feed_to` does (no-op once gone)."""
+        if not self._lost:
+            handle(*args)
             self.broker.batcher.flush()
 
     def feed_split(self, data: bytes, sizes: Iterable[int]) -> None:

@@ -98,7 +98,7 @@ def login(broker, ctx, identity, scheme="cert", credential=None):
 )
 def test_tls_1_2_and_1_3_are_accepted(broker, pki, version, name):
     with login(broker, context(pki, version=version), f"v-{name}", "open") as client:
-        assert client._sock.version() == name
+        assert client.socket.version() == name
         client.ping()
 
 

@@ -1,52 +1,35 @@
 """The blocking Micromessage2 client, on a plain socket: no reactor, no Twisted. It drives
-the sans-IO :class:`~.client_session.ClientSession` as the Twisted client does;
-:mod:`msgbroker.plugins.mm2.client` re-exports it with the errors and :class:`Message`.
+the sans-IO :class:`~.client_session.ClientSession` on the client kit's
+:class:`~msgbroker.clientkit.blocking.BlockingClient`, as the Twisted client does on the
+kit's Twisted driver; :mod:`msgbroker.plugins.mm2.client` re-exports it with the errors and
+:class:`Message`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .client_common import (
-    DEFAULT_OPTIONAL,
-    DEFAULT_PORT,
-    DEFAULT_REQUIRED,
-    TIMEOUT,
-    ExtensionSpec,
-    Message,
-    MM2ConnectionClosed,
-    MM2Error,
-    MM2Timeout,
-)
-from .client_session import ClientSession, Closed, ExtensionReceived
-from .codec import (
-    DEFAULT_MAX_MESSAGE,
-    DEFAULT_MAX_PAYLOAD,
-    FRAGMENT_SIZE,
-    ActiveExtensions,
-    Command,
-    Filter,
-    PropertyValue,
-)
+from msgbroker.clientkit.blocking import BlockingClient, StreamChannel, open_tcp
+
+from . import client_common as common
+from .client_common import ExtensionSpec, Message
+from .client_session import ClientSession, ExtensionReceived
 
 
-class BlockingMM2Client:
+class BlockingMM2Client(common.MM2Commands, BlockingClient):
     """A blocking Micromessage2 client over TCP, plain or TLS (``ssl_context``). The
     handshake runs on construction: :class:`~.client_common.MM2HandshakeRefused`,
-    :class:`~.client_common.MM2ServerError` or :class:`MM2Timeout` when it fails. Not
+    :class:`~.client_common.MM2ServerError` or :class:`common.MM2Timeout` when it fails. Not
     thread-safe.
 
     ``identity``, ``required``, ``optional``, ``supported`` and ``accept_suggested`` are
     :class:`~.client_session.ClientSession`'s. :meth:`publish` blocks while the ack window
     is full, reading the server's acks, up to ``timeout`` seconds (then
-    :class:`MM2Timeout`, and the message is not sent). Messages that arrive meanwhile are
+    :class:`common.MM2Timeout`, and the message is not sent). Messages that arrive meanwhile are
     queued for :meth:`next_message`; with an ack extension active, a message handed out by
     :meth:`next_message` counts as handled (``auto_ack=False``: when passed to :meth:`ack`),
     and one cumulative ack goes out when nothing more is queued or a window's worth is
@@ -54,143 +37,63 @@ class BlockingMM2Client:
     fake). Micromessage2 has no heartbeat: a client may stay silent as long as it likes.
     """
 
+    session: ClientSession
+    timeout: float
+
     def __init__(
         self,
         host: str,
         port: int | None = None,
         identity: str = "",
-        required: Iterable[ExtensionSpec] = DEFAULT_REQUIRED,
-        optional: Iterable[ExtensionSpec] = DEFAULT_OPTIONAL,
+        required: Iterable[ExtensionSpec] = common.DEFAULT_REQUIRED,
+        optional: Iterable[ExtensionSpec] = common.DEFAULT_OPTIONAL,
         *,
-        supported: Iterable[str] = (),
-        accept_suggested: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
-        timeout: float = TIMEOUT,
+        timeout: float = common.TIMEOUT,
         auto_ack: bool = True,
-        max_payload: int = DEFAULT_MAX_PAYLOAD,
-        max_message: int = DEFAULT_MAX_MESSAGE,
-        fragment_size: int = FRAGMENT_SIZE,
         clock: Callable[[], float] = time.monotonic,
+        **session_options: Any,
     ) -> None:
-        self._now = clock
-        self.timeout = timeout
         self.auto_ack = auto_ack
-        self.closed = False
-        self.session = ClientSession(
-            identity,
-            required,
-            optional,
-            supported=supported,
-            accept_suggested=accept_suggested,
-            max_payload=max_payload,
-            max_message=max_message,
-            fragment_size=fragment_size,
-        )
         self._messages: deque[Message] = deque()
         self._extensions: deque[ExtensionReceived] = deque()
-        self._failure: MM2Error | None = None
-        deadline = self._now() + timeout
-        sock = socket.create_connection((host, DEFAULT_PORT if port is None else port), timeout)
+        session = ClientSession(identity, required, optional, timeout=timeout, **session_options)
+        sock = open_tcp(
+            host, common.DEFAULT_PORT if port is None else port, timeout=timeout,
+            ssl_context=ssl_context, server_hostname=server_hostname,
+        )  # fmt: skip
+        super().__init__(session, StreamChannel(sock), timeout=timeout, clock=clock)
         try:
-            if ssl_context is not None:
-                sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
-        except BaseException:
-            sock.close()
-            raise
-        self._sock = sock
-        try:
-            self._flush()
-            self._handshake(deadline)
+            self._read_until(lambda: session.ready)  # the session times the handshake out
         except BaseException:
             self._shut()
             raise
 
-    def __enter__(self) -> BlockingMM2Client:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    @property
-    def active(self) -> ActiveExtensions:
-        return self.session.active
-
-    @property
-    def unacked(self) -> int:
-        """Published messages the server has not acknowledged yet."""
-        return self.session.unacked
-
     # -- sending -----------------------------------------------------------------------------
 
-    def publish(
-        self,
-        destination: str,
-        payload: Any,
-        properties: Mapping[str, PropertyValue | datetime] | None = None,
-        *,
-        type_name: str | None = None,
-        timeout: float | None = None,
-    ) -> int:
-        """Send a MESSAGE once the window has room; its seq. ``payload`` is bytes, or with
-        ``json`` active any JSON value; ``type_name`` needs ``dotnet``. ValueError or
-        TypeError for what cannot be sent; :class:`MM2Timeout` when no room came within
-        ``timeout`` seconds (default: the client's)."""
+    def _publish(self, message: tuple[Any, ...], timeout: float | None) -> int:
+        """Once the window has room (reading the server's acks); its seq.
+        :class:`common.MM2Timeout` when no room came within ``timeout``: nothing is sent."""
         self._check_open()
-        message = self.session.prepare(destination, payload, properties, type_name)
+        prepared = self.session.prepare(*message)
         wait = self.timeout if timeout is None else timeout
-        deadline = self._now() + wait
-        while not self.session.has_room:
-            if not self._receive(deadline):
-                raise MM2Timeout(f"no room in the ack window within {wait:g} s")
-        seq = self.session.send(message)
-        self._flush()
+        if not self._read_until(lambda: self.session.has_room, self._now() + wait):
+            raise common.MM2Timeout(f"no room in the ack window within {wait:g} s")
+        seq = self.session.send(prepared)
+        self._sent()
         return seq
 
-    def unicast(
-        self,
-        identity: str,
-        payload: Any,
-        properties: Mapping[str, PropertyValue | datetime] | None = None,
-        **kw: Any,
-    ) -> int:
-        """:meth:`publish` to ``@identity``."""
-        return self.publish(f"@{identity}", payload, properties, **kw)
-
-    def subscribe(
-        self, destination: str, queue: str | None = None, filters: Iterable[Filter | str] = ()
-    ) -> None:
-        """Write a ``subscribe`` command; filters are :class:`Filter` values or their text
-        (``"price>=N10"``). No reply comes: it takes effect before any later frame."""
+    def _command(self, write: Callable[[], object]) -> None:
         self._check_open()
-        self.session.subscribe(destination, queue, filters)
-        self._flush()
-
-    def unsubscribe(self, destination: str) -> None:
-        self._check_open()
-        self.session.unsubscribe(destination)
-        self._flush()
-
-    def command(self, command: Command) -> None:
-        """Write any COMMAND frame."""
-        self._check_open()
-        self.session.command(command)
-        self._flush()
-
-    def send_extension(self, name: str, payload: bytes) -> None:
-        """Write an EXTENSION frame of the active extension ``name``."""
-        self._check_open()
-        self.session.send_extension(name, payload)
-        self._flush()
+        write()
+        self._sent()
 
     def wait_acked(self, timeout: float | None = None) -> bool:
         """Read until the server acknowledged every published message; False after
         ``timeout`` seconds (default: the client's) without that."""
         deadline = self._now() + (self.timeout if timeout is None else timeout)
-        while self.session.unacked:
-            if not self._receive(deadline):
-                return False
-        return True
+        return self._read_until(lambda: not self.session.unacked, deadline)
 
     # -- receiving ---------------------------------------------------------------------------
 
@@ -199,7 +102,7 @@ class BlockingMM2Client:
         as long as it takes; 0: only what was already read). Raises
         :class:`MM2ConnectionClosed` (or the server's :class:`MM2ServerError`) when the
         connection ends and nothing is queued."""
-        message = self._next(self._messages, timeout)
+        message: Message | None = self._next(self._messages, timeout)
         if message is not None and self.auto_ack:
             self.session.done(message.seq)
             handled, window = self.session.handled, self.session.window or 1
@@ -209,10 +112,7 @@ class BlockingMM2Client:
 
     def messages(self) -> Iterator[Message]:
         """Every message, as it arrives, until the connection ends (which raises)."""
-        while True:
-            message = self.next_message()
-            if message is not None:
-                yield message
+        return self._every(self.next_message)
 
     def ack(self, message: Message) -> None:
         """With ``auto_ack=False``: ``message`` is handled; acknowledge it (and the earlier
@@ -223,98 +123,17 @@ class BlockingMM2Client:
     def next_extension(self, timeout: float | None = None) -> ExtensionReceived | None:
         """The next EXTENSION frame of an active extension the client gives no meaning
         itself (a vendor one), like :meth:`next_message`."""
-        return self._next(self._extensions, timeout)
-
-    def poll(self) -> None:
-        """Handle whatever already arrived, without waiting."""
-        while self._receive(self._now(), poll=True):
-            pass
-
-    def close(self) -> None:
-        """Close the connection. Never raises; does nothing when already closed."""
-        self._shut()
+        extension: ExtensionReceived | None = self._next(self._extensions, timeout)
+        return extension
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _handshake(self, deadline: float) -> None:
-        while not self.session.ready:
-            if not self._receive(deadline):
-                raise MM2Timeout(f"no handshake reply within {self.timeout:g} s")
-
-    def _next(self, queue: deque[Any], timeout: float | None) -> Any:
-        deadline = None if timeout is None else self._now() + timeout
-        while not queue:
-            if not self._receive(deadline):
-                return None
-        return queue.popleft()
-
     def _send_acks(self) -> None:
         if not self.closed and self.session.flush_acks() is not None:
-            self._flush()
+            self._sent()
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise self._closed_error()
-
-    def _closed_error(self) -> MM2ConnectionClosed:
-        why = f": {self._failure}" if self._failure is not None else ""
-        return MM2ConnectionClosed(f"the connection is closed{why}")
-
-    def _flush(self) -> None:
-        data = self.session.data_to_send()
-        if not data:
-            return
-        try:
-            self._sock.sendall(data)
-        except OSError as e:
-            self._shut()
-            raise MM2ConnectionClosed(f"cannot send: {e}") from e
-
-    def _receive(self, deadline: float | None, poll: bool = False) -> bool:
-        """Read and handle one chunk; False if ``deadline`` passed first (``poll``: read
-        only what is there)."""
-        while True:
-            if self.closed:
-                raise self._closed_error()
-            wait: float | None = 0.0
-            if not poll and deadline is not None:
-                now = self._now()
-                if now >= deadline:
-                    return False
-                wait = max(deadline - now, 0.001)
-            elif not poll:
-                wait = None
-            self._sock.settimeout(wait)
-            try:
-                data = self._sock.recv(65536)
-            except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
-                if poll:
-                    return False
-                continue
-            except OSError as e:
-                self._shut()
-                raise MM2ConnectionClosed(f"connection lost: {e}") from e
-            if not data:
-                self._shut()
-                raise MM2ConnectionClosed("the server closed the connection")
-            self._handle(data)
-            return True
-
-    def _handle(self, data: bytes) -> None:
-        for event in self.session.receive(data):
-            if isinstance(event, Message):
-                self._messages.append(event)
-            elif isinstance(event, ExtensionReceived):
-                self._extensions.append(event)
-            elif isinstance(event, Closed):
-                self._failure = event.error
-                with contextlib.suppress(MM2ConnectionClosed):
-                    self._flush()  # our ERROR frame, if we refused
-                self._shut()
-                raise event.error
-        self._flush()
-
-    def _shut(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._sock.close()
+    def _event(self, event: Any) -> None:
+        if isinstance(event, Message):
+            self._messages.append(event)
+        elif isinstance(event, ExtensionReceived):
+            self._extensions.append(event)

@@ -27,29 +27,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import ssl
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any, BinaryIO
+from collections.abc import Sequence
+from typing import Any
 
 from msgbroker.cli import CommandError
+from msgbroker.clientkit import cli as kit
 from msgbroker.errors import RemoteProtocolError
-from msgbroker.plugins.ssmp.cli import _default_identity, _reason, _ssl_context, render_payload
 
+from . import client_common as common
 from .blocking import BlockingMM2Client
-from .client_common import (
-    DEFAULT_OPTIONAL,
-    DEFAULT_PORT,
-    DEFAULT_REQUIRED,
-    ExtensionSpec,
-    Message,
-    MM2ConnectionClosed,
-    MM2Error,
-    MM2HandshakeRefused,
-    MM2ServerError,
-    MM2Timeout,
-)
+from .client_common import DEFAULT_OPTIONAL, DEFAULT_PORT, DEFAULT_REQUIRED, ExtensionSpec, Message
 from .codec import Filter, PropertyValue, encode_value, parse_filter, parse_value
 from .properties import FIELD_RE, is_valid_name
 
@@ -59,16 +47,13 @@ HELP = "Micromessage2 client: subscribe (filters, queue groups), publish with pr
 
 def render_message(message: Message) -> str:
     """One line for ``sub``: ``DESTINATION [KEY=VALUE ...] PAYLOAD``."""
-    payload = render_payload(message.payload)
+    payload = kit.render_payload(message.payload)
     if message.properties:
         shown = " ".join(f"{k}={encode_value(v)}" for k, v in message.properties.items())
         return f"{message.destination} [{shown}] {payload}"
     if payload.startswith("["):
         payload = "\\x5b" + payload[1:]
     return f"{message.destination} {payload}"
-
-
-# -- arguments --------------------------------------------------------------------------------
 
 
 def _destination(value: str) -> str:
@@ -110,10 +95,6 @@ def _window(value: str) -> int:
     return int(value)
 
 
-def _message(value: str) -> bytes:
-    return os.fsencode(value)  # the bytes the user typed, even if not valid UTF-8
-
-
 class _Properties(argparse.Action):
     """Collects ``--property`` into a dict; a key given twice is a usage error."""
 
@@ -127,66 +108,6 @@ class _Properties(argparse.Action):
         setattr(namespace, self.dest, properties)
 
 
-_OPTIONS: tuple[tuple[str, str, Any, Any, str], ...] = (
-    ("--host", "HOST", str, "127.0.0.1", "broker address [127.0.0.1]"),
-    ("--port", "PORT", int, DEFAULT_PORT, f"broker Micromessage2 port [{DEFAULT_PORT}]"),
-    ("--id", "ID", _identity, None,
-     "identity to log in as [cli-PID-RANDOM; with --cert CN/cli-PID-RANDOM]"),
-    ("--ca", "PEM", str, None, "CA certificate to verify the broker with [system CAs]"),
-    ("--cert", "PEM", str, None,
-     "client certificate: the broker logs in with the cert scheme (implies --tls)"),
-    ("--key", "PEM", str, None, "client private key [in --cert]"),
-    ("--timeout", "SECONDS", float, 10.0, "how long to wait to connect and for acks [10]"),
-)  # fmt: skip
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("connection")
-    for flag, metavar, kind, default, text in _OPTIONS:
-        group.add_argument(flag, metavar=metavar, type=kind, default=default, help=text)
-    group.add_argument("--tls", action="store_true", help="connect with TLS")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub = actions.add_parser(
-        "sub", parents=[common], help="print messages sent to DESTINATION until Ctrl-C",
-        description="Print each message as 'DESTINATION [KEY=VALUE ...] PAYLOAD' (unicasts to "
-        "this client as '@SENDER ...') until Ctrl-C.",
-    )  # fmt: skip
-    sub.add_argument("destinations", nargs="+", type=_destination, metavar="DESTINATION")
-    sub.add_argument(
-        "--filter", dest="filters", action="append", type=_filter, default=[], metavar="EXPR",
-        help="only messages whose property passes KEY OP VALUE (OP: = != < <= > >= & ~; "
-        "VALUE: N12, D1413198000.0, Ttext); repeatable, all must pass",
-    )  # fmt: skip
-    sub.add_argument(
-        "--queue", metavar="GROUP", help="share the messages with the group's other members"
-    )
-    acks = sub.add_mutually_exclusive_group()
-    acks.add_argument("--ack", action="store_true", help="require ack: one message at a time")
-    acks.add_argument(
-        "--batch-ack", type=_window, metavar="N",
-        help="require batch-ack with a window of N messages [batch-ack if offered, 10]",
-    )  # fmt: skip
-    pub = actions.add_parser(
-        "pub", parents=[common], help="publish DATA to DESTINATION (@ID: to that client)"
-    )
-    pub.add_argument("destination", type=_destination, metavar="DESTINATION")
-    pub.add_argument(
-        "message", type=_message, metavar="DATA", help="the payload; - reads lines from stdin"
-    )
-    pub.add_argument(
-        "--property", dest="properties", action=_Properties, type=_property, default={},
-        metavar="KEY=VALUE", help="a property: N12, D1413198000.0 or Ttext; repeatable",
-    )  # fmt: skip
-
-
-# -- running ----------------------------------------------------------------------------------
-
-
-def _where(args: argparse.Namespace) -> str:
-    return f"{args.host}:{args.port}"
-
-
 def extensions(args: argparse.Namespace) -> tuple[Sequence[ExtensionSpec], Sequence[ExtensionSpec]]:
     """The (required, optional) extensions of the handshake: ``--ack`` and ``--batch-ack``
     are required (a broker without them refuses at once), else batch-ack if offered."""
@@ -198,78 +119,100 @@ def extensions(args: argparse.Namespace) -> tuple[Sequence[ExtensionSpec], Seque
     return DEFAULT_REQUIRED, DEFAULT_OPTIONAL
 
 
-def connect(args: argparse.Namespace) -> BlockingMM2Client:
-    identity = args.id or _default_identity(args, "cert" if args.cert else "open")
-    required, optional = extensions(args)
-    where = _where(args)
-    try:
-        return BlockingMM2Client(
-            args.host, args.port, identity, required, optional,
-            ssl_context=_ssl_context(args), timeout=args.timeout,
+class MM2Command(kit.ClientCommand):
+    options = (
+        kit.HOST,
+        kit.port(DEFAULT_PORT, f"broker Micromessage2 port [{DEFAULT_PORT}]"),
+        kit.identity(_identity, "identity to log in as [cli-PID-RANDOM; with --cert "
+                     "CN/cli-PID-RANDOM]"),
+        kit.CA,
+        kit.cert("client certificate: the broker logs in with the cert scheme (implies --tls)"),
+        kit.KEY,
+        kit.timeout("how long to wait to connect and for acks [10]"),
+        kit.tls(),
+    )  # fmt: skip
+
+    def add_actions(self, add: Any) -> None:
+        sub = kit.add_sub(
+            add, "destinations", "DESTINATION", _destination,
+            description="Print each message as 'DESTINATION [KEY=VALUE ...] PAYLOAD' (unicasts "
+            "to this client as '@SENDER ...') until Ctrl-C.",
         )  # fmt: skip
-    except ssl.SSLError as e:
-        raise CommandError(f"TLS with {where} failed: {e.reason or e}") from None
-    except MM2HandshakeRefused as e:
-        raise CommandError(f"{where}: handshake refused: {e}") from None
-    except MM2ServerError as e:
-        raise CommandError(f"{where} refused {identity!r}: {e.text}") from None
-    except (MM2ConnectionClosed, MM2Timeout) as e:
-        raise CommandError(f"{where}: {_reason(e)}") from None
-    except OSError as e:
-        raise CommandError(f"cannot connect to {where}: {_reason(e)}") from None
-    except ValueError as e:  # e.g. a certificate's CN that makes no identity
-        raise CommandError(str(e)) from None
+        sub.add_argument(
+            "--filter", dest="filters", action="append", type=_filter, default=[], metavar="EXPR",
+            help="only messages whose property passes KEY OP VALUE (OP: = != < <= > >= & ~; "
+            "VALUE: N12, D1413198000.0, Ttext); repeatable, all must pass",
+        )  # fmt: skip
+        sub.add_argument(
+            "--queue", metavar="GROUP", help="share the messages with the group's other members"
+        )
+        acks = sub.add_mutually_exclusive_group()
+        acks.add_argument("--ack", action="store_true", help="require ack: one message at a time")
+        acks.add_argument(
+            "--batch-ack", type=_window, metavar="N",
+            help="require batch-ack with a window of N messages [batch-ack if offered, 10]",
+        )  # fmt: skip
+        pub = kit.add_send(
+            add, "pub", "publish DATA to DESTINATION (@ID: to that client)",
+            ("destination", "DESTINATION", _destination), metavar="DATA",
+        )  # fmt: skip
+        pub.add_argument(
+            "--property", dest="properties", action=_Properties, type=_property, default={},
+            metavar="KEY=VALUE", help="a property: N12, D1413198000.0 or Ttext; repeatable",
+        )  # fmt: skip
 
+    def open(self, args: argparse.Namespace) -> BlockingMM2Client:
+        args.login = args.id or kit.default_identity(args, "cert" if args.cert else "open")
+        required, optional = extensions(args)
+        return BlockingMM2Client(
+            args.host, args.port, args.login, required, optional,
+            ssl_context=kit.ssl_context(args), timeout=args.timeout,
+        )  # fmt: skip
 
-def run(args: argparse.Namespace) -> int:
-    client = connect(args)
-    try:
+    def refused(self, error: Exception, args: argparse.Namespace) -> str | None:
+        where = self.where(args)
+        if isinstance(error, common.MM2HandshakeRefused):
+            return f"{where}: handshake refused: {error}"
+        if isinstance(error, common.MM2ServerError):
+            return f"{where} refused {args.login!r}: {error.text}"
+        if isinstance(error, common.MM2ConnectionClosed | common.MM2Timeout):
+            return f"{where}: {kit.reason(error)}"
+        return None
+
+    def act(self, client: BlockingMM2Client, args: argparse.Namespace) -> int:
         if args.action == "sub":
-            return _subscribe(client, args)
-        _publish(client, args)
-    except MM2ServerError as e:
-        raise CommandError(f"{_where(args)}: {e}") from None
-    except (MM2Error, OSError) as e:
-        raise CommandError(f"{_where(args)}: {_reason(e)}") from None
-    finally:
-        client.close()
-    return 0
+            early: list[Message] = []
+            return self.follow(
+                args,
+                lambda: self._subscribe(client, args, early),
+                (render_message(m) for m in itertools.chain(early, client.messages())),
+            )
+        for payload in kit.message_lines(args.message, sys.stdin.buffer):
+            client.publish(args.destination, payload, args.properties or None)
+        if not client.wait_acked():
+            raise CommandError(f"{self.where(args)}: no ack within {args.timeout:g} s")
+        return 0
 
-
-def _publish(client: BlockingMM2Client, args: argparse.Namespace) -> None:
-    for payload in _payloads(args.message, sys.stdin.buffer):
-        client.publish(args.destination, payload, args.properties or None)
-    if not client.wait_acked():
-        raise CommandError(f"{_where(args)}: no ack within {args.timeout:g} s")
-
-
-def _payloads(message: bytes, stdin: BinaryIO) -> Iterator[bytes]:
-    if message != b"-":
-        yield message
-        return
-    for raw in stdin:
-        line = raw.removesuffix(b"\n").removesuffix(b"\r")
-        if line:  # an empty line is no message
-            yield line
-
-
-def _subscribe(client: BlockingMM2Client, args: argparse.Namespace) -> int:
-    identity = client.session.hello.identity
-    try:
+    @staticmethod
+    def _subscribe(
+        client: BlockingMM2Client, args: argparse.Namespace, early: list[Message]
+    ) -> tuple[str, str]:
+        identity = client.session.hello.identity
         for destination in args.destinations:
             client.subscribe(destination, args.queue, args.filters)
-        early = _settle(client, identity)
-        sys.stderr.write(
-            f"msgbroker: subscribed to {' '.join(args.destinations)} as {identity} "
-            f"on {_where(args)}; Ctrl-C to stop\n"
-        )
-        sys.stderr.flush()
-        for message in itertools.chain(early, client.messages()):
-            sys.stdout.write(render_message(message) + "\n")
-            sys.stdout.flush()
-    except KeyboardInterrupt:
-        return 0
-    return 0  # messages() only ends by raising
+        early.extend(_settle(client, identity))
+        return " ".join(args.destinations), identity
+
+    def failed(self, error: Exception, args: argparse.Namespace) -> str | None:
+        if isinstance(error, common.MM2ServerError):
+            return f"{self.where(args)}: {error}"
+        if isinstance(error, common.MM2Error | OSError):
+            return f"{self.where(args)}: {kit.reason(error)}"
+        return None
+
+
+COMMAND = MM2Command()
+add_arguments, run = COMMAND.add_arguments, COMMAND.run
 
 
 def _settle(client: BlockingMM2Client, identity: str) -> list[Message]:
@@ -280,7 +223,7 @@ def _settle(client: BlockingMM2Client, identity: str) -> list[Message]:
     while True:
         message = client.next_message(client.timeout)
         if message is None:
-            raise MM2Timeout(f"the broker did not answer within {client.timeout:g} s")
+            raise common.MM2Timeout(f"the broker did not answer within {client.timeout:g} s")
         if message.destination == f"@{identity}":  # only we hold our identity
             return early
         early.append(message)

@@ -1,22 +1,24 @@
-"""What both Micromessage2 clients (:mod:`.client`, Twisted, and :mod:`.blocking`) share,
-whatever the transport, and without Twisted: the default port and timeout, the errors, the
-received :class:`Message`, the step-3 plan of the handshake, and checking what the caller
-asks to send. The connection's logic itself is :mod:`.client_session`'s.
+"""What the Micromessage2 client session (:mod:`.client_session`) is made of, with no state
+of its own: the default port and timeout, the errors, the received :class:`Message`, the
+step-3 plan of the handshake, checking what the caller asks to send, and
+:class:`MM2Commands`, what both clients send the same way.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
+from msgbroker.clientkit.session import ConnectionClosed, SessionAttribute
 from msgbroker.errors import RemoteProtocolError
 
 from .codec import (
     DEFAULT_BATCH_ACK_COUNT,
+    Command,
     Extension,
     Filter,
     Handshake,
@@ -28,6 +30,9 @@ from .codec import (
     parse_filter,
 )
 from .properties import is_valid_name
+
+if TYPE_CHECKING:
+    from .client_session import ClientSession
 
 #: the broker's Micromessage2 port (DESIGN.md)
 DEFAULT_PORT = 4447
@@ -71,7 +76,7 @@ class MM2HandshakeRefused(MM2Error):
         super().__init__(f"{reason} (the server {server.identity!r} requires {required})")
 
 
-class MM2ConnectionClosed(MM2Error, ConnectionError):
+class MM2ConnectionClosed(MM2Error, ConnectionClosed):
     """The connection ended (or was never usable) before the operation completed."""
 
 
@@ -243,3 +248,61 @@ def subscription(destination: str, queue: str | None, filters: Iterable[Filter |
         except RemoteProtocolError as e:
             raise ValueError(str(e)) from None
     return Subscribe(destination, queue, tuple(out))
+
+
+class MM2Commands:
+    """What both Micromessage2 clients send the same way: commands and EXTENSION frames,
+    written at once through ``_command(write)`` (the Twisted client holds them until the
+    handshake is done), :meth:`unicast` as a ``publish`` to ``@identity``, and the
+    session's state."""
+
+    session: ClientSession
+
+    def _command(self, write: Callable[[], object]) -> None:
+        raise NotImplementedError
+
+    def _publish(self, message: tuple[Any, ...], timeout: float | None) -> Any:
+        raise NotImplementedError
+
+    active = SessionAttribute("the active extensions (once the handshake is done)")
+    unacked = SessionAttribute("published messages written, not yet acknowledged by the server")
+
+    def publish(
+        self,
+        destination: str,
+        payload: Any,
+        properties: Mapping[str, PropertyValue | datetime] | None = None,
+        *,
+        type_name: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send a MESSAGE; its seq — a Deferred fired once written in the Twisted client,
+        which queues what does not fit the ack window; the blocking one waits for room,
+        reading acks. ``payload`` is bytes, or with ``json`` active any JSON value;
+        ``type_name`` needs ``dotnet``. ValueError or TypeError at once (once the handshake
+        is done) for what cannot be sent; :class:`MM2Timeout` when it waited ``timeout``
+        seconds (default: the client's) for room in the window, and then it is never sent."""
+        return self._publish((destination, payload, properties, type_name), timeout)
+
+    def unicast(self, identity: str, payload: Any, *args: Any, **kw: Any) -> Any:
+        """:meth:`publish` to ``@identity``."""
+        return self.publish(f"@{identity}", payload, *args, **kw)
+
+    def subscribe(
+        self, destination: str, queue: str | None = None, filters: Iterable[Filter | str] = ()
+    ) -> None:
+        """Write a ``subscribe`` command; filters are :class:`Filter` values or their text
+        (``"price>=N10"``). No reply comes: it takes effect before any later frame."""
+        filters = tuple(filters)
+        self._command(lambda: self.session.subscribe(destination, queue, filters))
+
+    def unsubscribe(self, destination: str) -> None:
+        self._command(lambda: self.session.unsubscribe(destination))
+
+    def command(self, command: Command) -> None:
+        """Write any COMMAND frame."""
+        self._command(lambda: self.session.command(command))
+
+    def send_extension(self, name: str, payload: bytes) -> None:
+        """Write an EXTENSION frame of the active extension ``name``."""
+        self._command(lambda: self.session.send_extension(name, payload))

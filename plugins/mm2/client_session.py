@@ -1,8 +1,9 @@
 """The Micromessage2 client connection, sans-IO: :class:`ClientSession` is the logic both
-clients drive (the Twisted protocol in :mod:`.client`, the blocking client in
-:mod:`.blocking`). Bytes from the server go in through :meth:`ClientSession.receive`, which
-returns events; what to write accumulates for :meth:`ClientSession.data_to_send`. No
-Twisted, no sockets, no clock: the drivers own timeouts and waiting.
+clients drive through :mod:`msgbroker.clientkit` (the Twisted protocol in :mod:`.client`,
+the blocking client in :mod:`.blocking`). Bytes from the server go in through
+:meth:`ClientSession.receive`, which returns events; what to write accumulates for
+:meth:`ClientSession.data_to_send`. No Twisted, no sockets, no clock: time comes in as
+``now``, and the one timer, the handshake's timeout, as :meth:`ClientSession.tick`.
 
 What it does:
 
@@ -19,7 +20,8 @@ What it does:
   releases with :meth:`~ClientSession.done` and :meth:`~ClientSession.flush_acks`;
 - an ERROR frame from the server ends the session (:class:`Closed` with
   :class:`MM2ServerError`); so does anything the server gets wrong, after the client's own
-  ERROR frame (:class:`MM2ProtocolError`).
+  ERROR frame (:class:`MM2ProtocolError`), and a handshake unanswered within ``timeout``
+  (:class:`MM2Timeout`).
 """
 
 from __future__ import annotations
@@ -31,19 +33,17 @@ from typing import Any
 
 from attrs import frozen
 
+from msgbroker.clientkit.session import ClientSession as KitSession
+from msgbroker.clientkit.session import Ended
 from msgbroker.errors import RemoteProtocolError
 
+from . import client_common as common
 from .client_common import (
     BUILTIN_EXTENSIONS,
     DEFAULT_OPTIONAL,
     DEFAULT_REQUIRED,
     ExtensionSpec,
     Message,
-    MM2ConnectionClosed,
-    MM2Error,
-    MM2HandshakeRefused,
-    MM2ProtocolError,
-    MM2ServerError,
     as_extensions,
     check_message,
     check_own,
@@ -112,13 +112,9 @@ class ExtensionReceived:
     payload: bytes
 
 
-@frozen
-class Closed:
-    """The session is over: ``error`` says why (the server's ERROR frame, or the client's
-    refusal, whose ERROR frame is in :meth:`ClientSession.data_to_send`)."""
-
-    error: MM2Error
-
+#: the session is over: ``error`` says why (the server's ERROR frame, or the client's
+#: refusal, whose ERROR frame is in :meth:`ClientSession.data_to_send`)
+Closed = Ended
 
 Event = Ready | Message | Acked | ExtensionReceived | Closed
 
@@ -136,13 +132,16 @@ class Outgoing:
 # -- the session ----------------------------------------------------------------------------
 
 
-class ClientSession:
+class ClientSession(KitSession):
     """One client connection's protocol state. ``required`` and ``optional`` are the step-1
     lists (names or :class:`Extension` values); ``supported`` names extensions the client
     accepts when the server requires them, beyond the built-in ones and its own lists;
     ``accept_suggested`` also activates the server's optional extensions that the client
-    supports but did not offer. ValueError at once for lists or an identity the handshake
-    cannot carry."""
+    supports but did not offer; ``timeout`` (seconds from :meth:`start`; None: no bound)
+    bounds the wait for the server's step 2. ValueError at once for lists or an identity
+    the handshake cannot carry."""
+
+    closed_error = common.MM2ConnectionClosed
 
     def __init__(
         self,
@@ -155,19 +154,22 @@ class ClientSession:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         max_message: int = DEFAULT_MAX_MESSAGE,
         fragment_size: int = FRAGMENT_SIZE,
+        timeout: float | None = None,
     ) -> None:
+        super().__init__()
         self.hello = Handshake(identity, as_extensions(required), as_extensions(optional))
         both = {ext.name for ext in self.hello.required} & {e.name for e in self.hello.optional}
         if both:
             raise ValueError(f"both required and optional: {', '.join(sorted(both))}")
         check_own(self.hello.required + self.hello.optional)
-        self._out = bytearray(encode_handshake(self.hello))  # ValueError for a bad identity
+        self._send(encode_handshake(self.hello))  # ValueError for a bad identity
         names = {ext.name for ext in self.hello.required + self.hello.optional}
         self.supported = frozenset(BUILTIN_EXTENSIONS | names | set(supported))
         self.accept_suggested = accept_suggested
         self.fragment_size = fragment_size
-        #: "handshake", then "ready", then "closed"
-        self.state = "handshake"
+        self.timeout = timeout
+        self._deadline: float | None = None
+        self._ready = False
         #: the server's step 2, the client's step 3 and the negotiated minor, once ready
         self.server: Handshake | None = None
         self.confirm: Handshake | None = None
@@ -188,9 +190,16 @@ class ClientSession:
         self._type_sent: str | None = None
         self._type_received: str | None = None
         # received messages not yet acknowledged, in order: [seq, handled]
-        self._received: deque[list[Any]] = deque()
+        self._owed: deque[list[Any]] = deque()
 
     # -- state -----------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """"handshake", then "ready", then "closed"."""
+        if self.ended:
+            return "closed"
+        return "ready" if self._ready else "handshake"
 
     @property
     def ready(self) -> bool:
@@ -209,13 +218,13 @@ class ClientSession:
     @property
     def owed(self) -> int:
         """Received messages the client has not acknowledged yet (handled or not)."""
-        return len(self._received)
+        return len(self._owed)
 
     @property
     def handled(self) -> int:
         """Of those, the ones handled in order from the oldest: what an ack would cover now."""
         count = 0
-        for _, done in self._received:
+        for _, done in self._owed:
             if not done:
                 break
             count += 1
@@ -223,54 +232,63 @@ class ClientSession:
 
     def data_to_send(self) -> bytes:
         """What to write to the server now (and forget)."""
-        out = bytes(self._out)
-        self._out.clear()
-        return out
+        return b"".join(self.outgoing())
+
+    # -- the handshake's timeout ---------------------------------------------------------------
+
+    def _started(self, now: float) -> None:
+        if self.timeout is not None:
+            self._deadline = now + self.timeout
+
+    def next_tick(self) -> float | None:
+        return self._deadline if self.state == "handshake" else None
+
+    def _tick(self, now: float) -> None:
+        if self.state == "handshake" and self._deadline is not None and now >= self._deadline:
+            self._end(common.MM2Timeout(f"no handshake reply within {self.timeout:g} s"))
 
     # -- receiving ---------------------------------------------------------------------------
 
-    def receive(self, data: bytes) -> list[Event]:
+    def receive(self, data: bytes, now: float = 0.0) -> list[Event]:
         """Handle bytes from the server; the events they make, in order. A :class:`Closed`
         is the last one; after it the session ignores input."""
-        events: list[Event] = []
-        if self.state == "closed":
-            return events
-        try:
-            if self.state == "handshake":
-                reply = self._handshake.feed(data)
-                if reply is None:
-                    return events
-                if isinstance(reply, ErrorFrame):
-                    return self._end(events, MM2ServerError(reply.text))
-                self._reply(reply, events)
-                if self.state == "closed":
-                    return events
-                data = self._handshake.trailing_data
-            for frame in self._frames.feed(data):
-                self._frame(frame, events)
-                if self.state == "closed":
-                    break
-        except RemoteProtocolError as e:
-            self._refuse(str(e))
-            self._end(events, MM2ProtocolError(f"protocol error from the server: {e}"))
-        return events
+        return super().receive(data, now)
 
-    def _reply(self, reply: Handshake, events: list[Event]) -> None:
+    def _received(self, data: bytes, now: float) -> None:
+        if self.state == "handshake":
+            reply = self._handshake.feed(data)
+            if reply is None:
+                return
+            if isinstance(reply, ErrorFrame):
+                self._end(common.MM2ServerError(reply.text), abort=False)
+                return
+            self._reply(reply)
+            if self.ended:
+                return
+            data = self._handshake.trailing_data
+        for frame in self._frames.feed(data):
+            self._frame(frame)
+            if self.ended:
+                return
+
+    def _protocol_error(self, error: RemoteProtocolError) -> None:
+        refusal = common.MM2ProtocolError(f"protocol error from the server: {error}")
+        self._refuse(str(error), refusal)
+
+    def _reply(self, reply: Handshake) -> None:
         try:
             minor = negotiate_minor(reply)
         except RemoteProtocolError as e:
-            self._refuse(str(e))
-            self._end(events, MM2HandshakeRefused(str(e), reply))
+            self._refuse(str(e), common.MM2HandshakeRefused(str(e), reply))
             return
         unsupported = unsupported_required(reply.required, self.supported)
         if unsupported:
             reason = str(UnsupportedExtensions(unsupported))
-            self._refuse(reason)
-            self._end(events, MM2HandshakeRefused(reason, reply, unsupported))
+            self._refuse(reason, common.MM2HandshakeRefused(reason, reply, unsupported))
             return
         confirm = plan_confirm(self.hello, reply, self.supported, self.accept_suggested)
         active = active_extensions(confirm)
-        self._out += encode_handshake(confirm)
+        self._send(encode_handshake(confirm))
         self.server, self.confirm, self.minor, self.active = reply, confirm, minor, active
         self._json = "json" in active
         self._dotnet = active.id_of("dotnet")
@@ -282,18 +300,18 @@ class ClientSession:
         if batch is not None:
             windows.append(batch_ack_max_count(batch))
         self.window = min(windows, default=None)
-        self.state = "ready"
-        events.append(Ready(reply, active, minor))
+        self._ready = True
+        self._emit(Ready(reply, active, minor))
 
-    def _frame(self, frame: Any, events: list[Event]) -> None:
+    def _frame(self, frame: Any) -> None:
         if isinstance(frame, MessageFrame):
             whole = self._reassembler.feed(frame)
             if whole is not None:
-                events.append(self._message(whole))
+                self._emit(self._message(whole))
         elif isinstance(frame, ExtensionFrame):
-            self._extension(frame, events)
+            self._extension(frame)
         elif isinstance(frame, ErrorFrame):
-            self._end(events, MM2ServerError(frame.text))
+            self._end(common.MM2ServerError(frame.text), abort=False)
         # a COMMAND from the server means nothing to a client (no extension defines one
         # that way) and gets no reply (DECISIONS.md): ignored
 
@@ -301,12 +319,12 @@ class ClientSession:
         value = decode_json(frame.payload) if self._json else None
         type_name = self._type_received if self._dotnet is not None else None
         if self._ack_out is not None:
-            self._received.append([frame.seq, False])
+            self._owed.append([frame.seq, False])
         return Message(
             frame.seq, frame.destination, frame.payload, dict(frame.properties), value, type_name
         )
 
-    def _extension(self, frame: ExtensionFrame, events: list[Event]) -> None:
+    def _extension(self, frame: ExtensionFrame) -> None:
         extension = self.active.get(frame.ext_id)
         if extension is None:
             raise RemoteProtocolError(f"EXTENSION frame with id {frame.ext_id}: none is active")
@@ -315,14 +333,14 @@ class ClientSession:
             count = acked_count(self._oldest, self._outstanding, seq) if self._outstanding else 0
             self._outstanding -= count
             self._oldest = (self._oldest - 1 + count) % 0xFFFF + 1
-            events.append(Acked(count))
+            self._emit(Acked(count))
         elif frame.ext_id == self._dotnet:
             try:
                 self._type_received = frame.payload.decode("ascii")
             except UnicodeDecodeError:
                 raise RemoteProtocolError(f"dotnet type name not ASCII: {frame.payload[:40]!r}")
         else:
-            events.append(ExtensionReceived(extension, frame.payload))
+            self._emit(ExtensionReceived(extension, frame.payload))
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -377,7 +395,7 @@ class ClientSession:
     def _pubsub(self, command: Command) -> None:
         self._check_ready()
         if "pubsub" not in self.active:
-            raise MM2Error("the pubsub extension is not active on this connection")
+            raise common.MM2Error("the pubsub extension is not active on this connection")
         self._write(command)
 
     def command(self, command: Command) -> None:
@@ -390,7 +408,7 @@ class ClientSession:
         self._check_ready()
         ext_id = self.active.id_of(name)
         if ext_id is None:
-            raise MM2Error(f"the {name} extension is not active on this connection")
+            raise common.MM2Error(f"the {name} extension is not active on this connection")
         self._write(ExtensionFrame(ext_id, bytes(payload)))
 
     # -- the acks the client owes -------------------------------------------------------------
@@ -398,7 +416,7 @@ class ClientSession:
     def done(self, seq: int) -> None:
         """The received message ``seq`` is handled: the next ack may cover it (and every
         earlier one handled too). Nothing happens without an ack extension."""
-        for entry in self._received:
+        for entry in self._owed:
             if entry[0] == seq and not entry[1]:
                 entry[1] = True
                 return
@@ -409,37 +427,32 @@ class ClientSession:
         if self.state != "ready" or self._ack_out is None:
             return None
         last = None
-        while self._received and self._received[0][1]:
-            last = self._received.popleft()[0]
+        while self._owed and self._owed[0][1]:
+            last = self._owed.popleft()[0]
         if last is not None:
             self._write(ack_frame(self._ack_out, last))
         return last
 
     # -- ending ------------------------------------------------------------------------------
 
-    def error(self, text: str) -> None:
+    def send_error(self, text: str) -> None:
         """Write an ERROR frame and end the session (the driver then closes)."""
-        self._refuse(text)
+        self._refuse(text, common.MM2ConnectionClosed(f"closed with an ERROR frame: {text}"))
 
-    def lost(self) -> None:
+    def lost(self, error: BaseException | None = None) -> None:
         """The transport is gone."""
-        self.state = "closed"
+        super().lost(error or common.MM2ConnectionClosed("the connection is lost"))
 
-    def _refuse(self, text: str) -> None:
-        if self.state != "closed":
+    def _refuse(self, text: str, error: common.MM2Error) -> None:
+        """Write an ERROR frame, then end with ``error`` once it is sent."""
+        if not self.ended:
             self._write(ErrorFrame(text))
-            self.state = "closed"
-
-    def _end(self, events: list[Event], error: MM2Error) -> list[Event]:
-        self.state = "closed"
-        events.append(Closed(error))
-        return events
+            self._end(error, abort=False)
 
     def _write(self, frame: Any) -> None:
-        self._out += encode_frame(frame)
+        self._send(encode_frame(frame))
 
     def _check_ready(self) -> None:
+        self.check_open()
         if self.state == "handshake":
-            raise MM2Error("the handshake is not complete")
-        if self.state == "closed":
-            raise MM2ConnectionClosed("the connection is closed")
+            raise common.MM2Error("the handshake is not complete")

@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
+from msgbroker.errors import ConfigError
+
+from . import hookspecs
 from .frames import MessageFrame
 from .handshake import Extension
 from .properties import Command
@@ -32,6 +35,9 @@ from .properties import Command
 if TYPE_CHECKING:
     from msgbroker import Broker, Session
     from msgbroker.message import Message
+
+#: where the broker keeps its extension registry (``broker.plugins.state``)
+REGISTRY_STATE = "mm2.extensions"
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -99,7 +105,7 @@ class ExtensionContext:
 
     @property
     def session(self) -> Session:
-        session: Session = self.connection.session
+        session: Session = self.connection.peer
         return session
 
     @property
@@ -146,3 +152,17 @@ class Registry:
 
     def offered(self) -> tuple[Extension, ...]:
         return tuple(Extension(s.name) for s in self.specs.values() if s.offer and not s.require)
+
+
+def registry_for(broker: Broker) -> Registry:
+    """The broker's Micromessage2 extensions, gathered once from the hook."""
+    return broker.plugins.state(REGISTRY_STATE, lambda: _build_registry(broker))
+
+
+def _build_registry(broker: Broker) -> Registry:
+    registry = Registry()
+    try:
+        hookspecs.register_mm2_extensions(broker.plugins, registry.register)
+    except ValueError as e:
+        raise ConfigError(f"bad Micromessage2 extension: {e}") from None
+    return registry

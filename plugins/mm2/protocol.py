@@ -1,112 +1,99 @@
-"""Micromessage2 server side: the Twisted protocol (handshake, frames, extensions) and the
-delivery encoder.
+"""The Micromessage2 server session: the handshake, login, frames, routing and extensions.
+
+Sans-IO (:class:`msgbroker.connection.ServerSession`): the framework's connection adapter
+feeds it bytes, runs its timers and writes what it sends through its output, the
+acknowledgement window (:class:`.window.WindowOutput`, chosen in :meth:`make_output`).
 
 A connection goes through the three-step handshake (the client's hello, our reply, the
-client's confirmation; DECISIONS.md), logs its identity in, activates the confirmed
-extensions (:mod:`.extensions`), then reads frames: MESSAGEs are routed through the hub
-(destination ``@identity``: a unicast), COMMANDs go to the extension that claims their
-name, EXTENSION frames to their extension by id. Anything the client gets wrong is an ERROR
-frame, then the connection closes.
-
-Deliveries are encoded once per message for every Micromessage2 recipient
-(:func:`encode_delivery`) with sequence number 0 in the frame; each connection writes its
-own number in (``_deliver``) and applies its flow control (``ack``/``batch-ack`` windows):
-messages beyond the window wait on the connection, bounded by ``--max-backlog``.
+client's confirmation; docs/mm2.md), logs its identity in, activates the confirmed
+extensions (:mod:`.extensions`) and configures its window with what they asked for, then
+reads frames: MESSAGEs are routed through the hub (destination ``@identity``: a unicast),
+COMMANDs go to the extension that claims their name, EXTENSION frames to their extension
+by id. Anything the client gets wrong is an ERROR frame, then the connection closes.
 
 Before login a connection holds little: a handshake step (or an ERROR frame sent instead)
 longer than ``prelogin-max-frame`` is refused as soon as its lengths show it. A refused
-login is answered ``login-failure-delay`` late. Micromessage2 has no heartbeat, so dead
-peers are found by TCP keepalive (:mod:`.keepalive`).
+login is answered ``login-failure-delay`` late. Micromessage2 has no heartbeat
+(``heartbeat = False``): no idle timer runs, and the framework has the kernel probe a silent
+peer with TCP keepalive (:mod:`msgbroker.tcpkeepalive`).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
 from msgbroker.auth import Accept, LoginRequest
+from msgbroker.connection import ServerSession
 from msgbroker.errors import NoSuchIdentity, RemoteProtocolError
-from msgbroker.legacy import BrokerProtocol
 from msgbroker.message import Kind, Message, MessageRun
+from msgbroker.reasons import CloseReason
+from msgbroker.timers import Timer
 
 from . import codec
-from .delivery import encode_delivery, extension_frame, messages, numbered, type_marker
-from .extensions import ExtensionContext, ExtensionHandler, Registry
-from .frames import CONTINUED, EXTENSION, LARGE
-from .keepalive import set_tcp_keepalive
+from .delivery import encode_delivery
+from .extensions import ExtensionContext, ExtensionHandler, Registry, registry_for
+from .window import WindowOutput
+
+if TYPE_CHECKING:
+    from msgbroker.broker import Broker
+    from msgbroker.session import Session
 
 log = Logger(namespace="msgbroker.mm2")
 
 #: the identity our handshake reply gives
 SERVER_IDENTITY = "msgbroker"
-#: what holding a message for a full ack window costs beyond its frames (the bytes
-#: object, the tuple, the deque slot): counted so that a flood of tiny messages is bounded
-#: by the memory it takes, not by its frame bytes alone
-HELD_OVERHEAD = 100
 
 
-# -- the protocol ----------------------------------------------------------------------------------
-
-
-class MM2ServerProtocol(BrokerProtocol):
-    """One Micromessage2 connection."""
+class MM2ServerSession(ServerSession):
+    """One Micromessage2 connection on the server side."""
 
     name = "mm2"
     encode = staticmethod(encode_delivery)
+    #: no ping in the protocol: the kernel probes a silent peer (docs/mm2.md)
+    heartbeat = False
 
-    def connectionMade(self) -> None:
-        super().connectionMade()  # the session, and the login timer: the handshake's
-        factory: Any = self.factory
-        config = self.broker.config
-        # no heartbeat in the protocol: the kernel probes a silent peer (docs/mm2.md)
-        set_tcp_keepalive(self.transport, config.keepalive)
-        self.registry: Registry = factory.registry
-        self._prelogin_max = config.prelogin_max_frame
+    output: WindowOutput
+
+    @classmethod
+    def make_output(cls, broker: Broker, session: Session, transport: Any) -> WindowOutput:
+        """The acknowledgement window, over the framework's batched transport output."""
+        out = super().make_output(broker, session, transport)
+        return WindowOutput(session, out, broker.policy, broker.output_budget)
+
+    def opened(self) -> None:
+        broker = self.broker
+        self.output = self.peer.output  # type: ignore[assignment]  # make_output's
+        self.registry: Registry = registry_for(broker)
+        self._prelogin_max = broker.config.prelogin_max_frame
         self._handshake: codec.HandshakeDecoder | None = codec.HandshakeDecoder(self._prelogin_max)
         #: the delayed answer to a refused login (nothing more is read meanwhile)
-        self._refusal: Any = None
+        self._refusal: Timer | None = None
         self._hello: codec.Handshake | None = None
         self._reply: codec.Handshake | None = None
-        self._frames = codec.FrameDecoder(factory.max_payload)
-        self._reassembler = codec.Reassembler(factory.max_message)
-        self._closing = False
+        self._frames = codec.FrameDecoder(codec.DEFAULT_MAX_PAYLOAD)
+        self._reassembler = codec.Reassembler(codec.DEFAULT_MAX_MESSAGE)
         self.minor = codec.MINOR
         self.active = codec.ActiveExtensions()
         self.handlers: dict[int, ExtensionHandler] = {}
         self._commands: dict[str, ExtensionHandler] = {}
         self._incoming: list[ExtensionHandler] = []
-        #: the last sequence number received, and the last one sent (0: none yet)
+        #: the last sequence number received (0: none yet)
         self.seq_in = 0
-        self.seq_out = 0
-        #: whether our numbers went round (then every number was sent once)
-        self.wrapped = False
-        #: dotnet: its extension id, the last type we sent, and what the client's
-        #: messages carry (set by the dotnet extension)
-        self.dotnet_id: int | None = None
-        self._type: str | None = None
-        self.encoding_hint: str | None = None
-        #: sends one cumulative ack for the client's messages (set by ack/batch-ack)
-        self.acker: Any = None
-        #: flow control: at most ``window`` messages unacknowledged (None: no limit)
+        # set by the extensions as the handshake activates them (.builtin):
+        #: ack/batch-ack: at most this many of our messages unacknowledged (the window's size)
         self.window: int | None = None
-        #: sent, not yet acknowledged: (seq, queue message and group, or None), oldest first
-        self.unacked: deque[tuple[int, Any]] = deque()
-        #: messages waiting for the window to open, and their bytes
-        self._held: deque[tuple[bytes, Any]] = deque()
-        self._held_bytes = 0
-        self._cut_off = False  # a slow consumer about to be closed: nothing more for it
-        self._write = self.session.send
-        self.session.send = self._deliver
-        self.session.ready = self._ready
-        self.session.deliver_queued = self._deliver_queued
+        #: ack/batch-ack: sends one cumulative ack for the client's messages, once per input
+        self.acker: Any = None
+        #: dotnet: its extension id, and the type the client's next messages carry
+        self.dotnet_id: int | None = None
+        self.encoding_hint: str | None = None
 
     # -- input --------------------------------------------------------------------------------
 
-    def dataReceived(self, data: bytes) -> None:
-        if self._closing or self._refusal is not None:
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None or self.closed:
             return
         try:
             if self._handshake is not None:
@@ -117,13 +104,12 @@ class MM2ServerProtocol(BrokerProtocol):
                         self._batch(frame)
                     else:
                         self._frame(frame)  # type: ignore[arg-type]
-                    if self._closing:
-                        break
-            if self.acker is not None and not self._closing:
+                    if self.closed:
+                        return
+            if self.acker is not None and not self.closed:
                 self.acker()
         except RemoteProtocolError as e:
             self.protocol_error(str(e))
-        self.broker.batcher.flush()
 
     def _handshake_data(self, data: bytes) -> bytes:
         """Feed the handshake; the bytes after it (frames) are returned once it is done."""
@@ -138,7 +124,7 @@ class MM2ServerProtocol(BrokerProtocol):
         if self._hello is None:
             self._hello = step
             self._answer_hello(step)
-            if self._closing:
+            if self.closed:  # our reply was more than a peer that does not read may hold
                 return b""
             self._handshake = codec.HandshakeDecoder(self._prelogin_max)
             rest = decoder.trailing_data
@@ -152,19 +138,20 @@ class MM2ServerProtocol(BrokerProtocol):
         self.minor = codec.negotiate_minor(hello)  # major 1 only
         if not hello.identity:
             raise RemoteProtocolError("an identity is required")
-        codec.check_required(hello.required, self.registry.names)
+        registry = self.registry
+        codec.check_required(hello.required, registry.names)
         # "I suggest Y like you but also Z" (the spec): the client's optional extensions we
         # support, as the client wrote them (its batch-ack window), then our own suggestions
-        required = self.registry.required()
+        required = registry.required()
         taken = {ext.name for ext in required}
         optional = []
-        for ext in (*hello.optional, *self.registry.offered()):
-            if ext.name in self.registry.names and ext.name not in taken:
+        for ext in (*hello.optional, *registry.offered()):
+            if ext.name in registry.names and ext.name not in taken:
                 taken.add(ext.name)
                 optional.append(ext)
         reply = codec.Handshake(SERVER_IDENTITY, required, tuple(optional), minor=codec.MINOR)
         self._reply = reply
-        self.session.reply(codec.encode_handshake(reply))
+        self.reply(codec.encode_handshake(reply))
 
     def _confirmed(self, confirm: codec.Handshake) -> bool:
         assert self._hello is not None
@@ -181,14 +168,16 @@ class MM2ServerProtocol(BrokerProtocol):
                 self._commands[command] = handler
             if type(handler).incoming is not ExtensionHandler.incoming:
                 self._incoming.append(handler)
+        # the window's size and the dotnet id are what the extensions just asked for
+        self.output.configure(self.timers, self.window, self.dotnet_id)
         return True
 
     def _login(self, identity: str) -> bool:
-        names = self.peer_certificate_names()
+        names = self.certificate_names()
         enabled = self.broker.enabled_schemes
         scheme = "cert" if names is not None and "cert" in enabled else "open"
-        request = LoginRequest("mm2", identity, scheme, None, self.session.host, names)
-        result = self.broker.login(self.session, request)
+        request = LoginRequest("mm2", identity, scheme, None, self.peer.host, names)
+        result = self.broker.login(self.peer, request)
         if not isinstance(result, Accept):
             self._refuse_login()
             return False
@@ -200,17 +189,18 @@ class MM2ServerProtocol(BrokerProtocol):
         cannot try identities fast (the throttle counts failures per address; this paces
         each connection). Meanwhile nothing is read, and the login timeout is off: the
         refusal closes the connection anyway."""
-        if self._login_timer is not None and self._login_timer.active():
-            self._login_timer.cancel()
-        self._login_timer = None
         delay = self.broker.config.login_failure_delay
         if delay > 0:
-            self._refusal = self.clock.callLater(delay, self._login_refused)
+            self._refusal = self.timers.call_later(delay, self._login_refused)
         else:
             self._login_refused()
 
     def _login_refused(self) -> None:
-        self.protocol_error("login refused", reason="login refused")
+        self.protocol_error("login refused", CloseReason.LOGIN_REFUSED)
+
+    def login_timed_out(self) -> None:
+        if self._refusal is None:  # a refused login's late answer closes the connection
+            super().login_timed_out()
 
     def _frame(self, frame: codec.Frame) -> None:
         kind = type(frame)
@@ -259,7 +249,7 @@ class MM2ServerProtocol(BrokerProtocol):
         ):
             for frame in batch.frames():
                 self._message(frame)
-                if self._closing:
+                if self.closed:
                     return
             return
         expected = codec.next_seq(self.seq_in)
@@ -268,14 +258,14 @@ class MM2ServerProtocol(BrokerProtocol):
         payloads = batch.payloads
         last = (batch.first_seq - 1 + len(payloads) - 1) % codec.SEQ_CYCLE + 1
         self.seq_in = last
-        session = self.session
-        identity: str = session.identity
+        session = self.peer
+        identity: str = session.identity  # type: ignore[assignment]  # logged in
         run = MessageRun(Kind.MCAST, identity, "mm2", destination, len(payloads), lambda: payloads)
         self.hub.multicast_run(session, run)
 
     def _route(self, frame: codec.MessageFrame) -> None:
-        session = self.session
-        identity: str = session.identity
+        session = self.peer
+        identity: str = session.identity  # type: ignore[assignment]  # logged in
         properties = dict(frame.properties) or None
         destination = frame.destination
         hint = self.encoding_hint
@@ -293,201 +283,44 @@ class MM2ServerProtocol(BrokerProtocol):
         message = Message(Kind.MCAST, identity, "mm2", destination, frame.payload, properties, hint)
         self.hub.multicast(session, message)
 
-    # -- output -------------------------------------------------------------------------------
-
-    def send_frame(self, frame: codec.Frame) -> None:
-        self.session.reply(codec.encode_frame(frame))
+    # -- what the extensions use (ExtensionContext) ------------------------------------------
 
     def send_extension_frame(self, ext_id: int, payload: bytes) -> None:
-        self.session.reply(codec.encode_frame(codec.ExtensionFrame(ext_id, payload)))
-
-    def _deliver(self, data: bytes, queued: Any = None) -> None:
-        """What the hub sends (one or several messages' frames, seq 0): numbered and
-        written while the window allows, held otherwise."""
-        if queued is None and not self._held:
-            window = self.window
-            room = None if window is None else window - len(self.unacked)
-            numbered = self._number_all(data, room)
-            if numbered is not None:
-                self._write(numbered)
-                return
-        pieces = messages(data) if queued is None else (data,)
-        if self._cut_off:
-            self._dropped(len(pieces))
-            return
-        held = self._held
-        for piece in pieces:
-            held.append((piece, queued))
-            self._held_bytes += len(piece) + HELD_OVERHEAD
-        self._release()
-        policy = self.session.policy
-        if self._held_bytes <= policy.max_backlog:  # what the window keeps back
-            return
-        if policy.drop:  # --slow-consumer drop: the newest that do not fit are discarded
-            count = 0
-            while self._held_bytes > policy.max_backlog and held and held[-1][1] is None:
-                self._held_bytes -= len(held.pop()[0]) + HELD_OVERHEAD
-                count += 1
-            self._dropped(count)
-            return
-        self._cut_off = True
-        # queue messages among them go back to their group when the connection is lost
-        self._dropped(sum(1 for _piece, q in held if q is None))
-        # not now: the hub may be iterating over the recipients this close removes
-        self.clock.callLater(0, self.session.close, "slow consumer")
-
-    def _dropped(self, count: int) -> None:
-        """``count`` deliveries discarded by the slow-consumer policy: counted as the
-        session counts its own (hub stats, the session, the broker's rate-limited log)."""
-        if not count:
-            return
-        session = self.session
-        session.stats.dropped += count
-        session.dropped += count
-        if session.on_dropped is not None:
-            session.on_dropped(session, count)
-
-    def _deliver_queued(self, frame: bytes, message: Message, group: Any) -> None:
-        self._deliver(frame, (message, group) if self.window is not None else None)
-
-    def _number_all(self, data: bytes, room: int | None) -> bytes | None:
-        """``data`` with every MESSAGE numbered in one pass, when all of it fits in the
-        window's ``room`` (None: no window); None (nothing done) when it does not, or when
-        it holds a dotnet marker: then message by message."""
-        out = bytearray(data)
-        pos, size = 0, len(out)
-        seq = self.seq_out
-        current = 1 if seq == 0xFFFF else seq + 1
-        numbers = []
-        while pos < size:
-            flags = out[pos]
-            if flags & EXTENSION:
-                return None
-            out[pos + 1] = current >> 8
-            out[pos + 2] = current & 0xFF
-            at = pos + 4 + out[pos + 3]
-            at += 2 + (out[at] << 8 | out[at + 1])
-            if flags & LARGE:
-                pos = at + 4 + int.from_bytes(out[at : at + 4], "big")
-            else:
-                pos = at + 1 + out[at]
-            if not flags & CONTINUED:
-                seq = current
-                numbers.append(seq)
-                current = 1 if seq == 0xFFFF else seq + 1
-        if room is not None:
-            if len(numbers) > room:
-                return None
-            self.unacked.extend(zip(numbers, repeat(None)))
-        if 0xFFFF in numbers:
-            self.wrapped = True
-        self.seq_out = seq
-        return bytes(out)
-
-    def _ready(self) -> bool:
-        # a connection about to be closed takes no queue message: another member should
-        return not self._held and self._has_room() and not self._cut_off
-
-    def _has_room(self) -> bool:
-        return self.window is None or len(self.unacked) < self.window
-
-    def _send_numbered(self, piece: bytes, queued: Any) -> None:
-        type_name, piece = type_marker(piece)
-        if type_name is not None and self.dotnet_id is not None and type_name != self._type:
-            self._type = type_name
-            self._write(extension_frame(self.dotnet_id, type_name.encode("utf-8")))
-        self.seq_out = seq = codec.next_seq(self.seq_out)
-        if seq == codec.SEQ_CYCLE:
-            self.wrapped = True
-        if self.window is not None:
-            self.unacked.append((seq, queued))
-        self._write(numbered(piece, seq))
+        self.reply(codec.encode_frame(codec.ExtensionFrame(ext_id, payload)))
 
     def acked(self, seq: int) -> None:
         """The client acknowledged every message up to ``seq``: the window opens."""
-        unacked = self.unacked
-        if not unacked:
-            return
-        count = codec.acked_count(unacked[0][0], len(unacked), seq)
-        for _ in range(count):
-            unacked.popleft()
-        if count:
-            self.resume_output()
+        if self.output.acknowledge(seq):
+            self._window_opened()
 
     def resume_output(self) -> None:
-        self._release()
-        if not self._held and self.window is not None and self.session.subscriptions:
-            self.hub.ready(self.session)  # queue groups may have waiting messages for us
+        """Held output may go on."""
+        self.output.release()
+        self._window_opened()
 
-    def _release(self) -> None:
-        """Send held messages while the window has room: consecutive plain ones (not from
-        a queue group) joined and numbered in one pass, the others one by one. Nothing
-        once cut off: those were counted as dropped, and queue messages among them go back
-        to their group when the connection is lost."""
-        if self._cut_off:
-            return
-        held, window, unacked = self._held, self.window, self.unacked
-        while held and (window is None or len(unacked) < window):
-            room = None if window is None else window - len(unacked)
-            take: list[bytes] = []
-            while held and held[0][1] is None and (room is None or len(take) < room):
-                take.append(held.popleft()[0])
-            if not take:
-                piece, queued = held.popleft()
-                self._held_bytes -= len(piece) + HELD_OVERHEAD
-                self._send_numbered(piece, queued)
-                continue
-            self._held_bytes -= sum(map(len, take)) + HELD_OVERHEAD * len(take)
-            numbered = self._number_all(b"".join(take), room)
-            if numbered is not None:
-                self._write(numbered)
-            else:  # a dotnet marker among them
-                for piece in take:
-                    self._send_numbered(piece, None)
+    def _window_opened(self) -> None:
+        if self.output.ready() and self.peer.subscriptions:
+            self.hub.ready(self.peer)  # queue groups may have waiting messages for us
 
     # -- errors and closing -------------------------------------------------------------------
 
-    def protocol_error(self, text: str, reason: str | None = None) -> None:
-        """An ERROR frame with ``text``, then close (DECISIONS.md); the session's close
-        ``reason`` is ``protocol error: TEXT`` unless given."""
-        if self._closing:
+    def protocol_error(self, text: str, reason: CloseReason = CloseReason.PROTOCOL_ERROR) -> None:
+        """An ERROR frame with ``text``, then close (docs/mm2.md); the close detail is
+        ``text`` for a protocol error."""
+        if self.closed:
             return
-        log.debug("mm2 {host}: {text}", host=self.session.host, text=text)
-        self.session.reply(codec.encode_frame(codec.ErrorFrame(text[:1000])))
-        self.session.close(reason or f"protocol error: {text}")
+        log.debug("mm2 {host}: {text}", host=self.peer.host, text=text)
+        self.reply(codec.encode_frame(codec.ErrorFrame(text[:1000])))
+        self.close(reason, text if reason is CloseReason.PROTOCOL_ERROR else "")
 
     def _refused_by_peer(self, text: str) -> None:
-        log.debug("mm2 {host}: the client sent ERROR {text!r}", host=self.session.host, text=text)
-        self.session.close("closed by peer")
+        log.debug("mm2 {host}: the client sent ERROR {text!r}", host=self.peer.host, text=text)
+        self.close(CloseReason.PEER)
 
-    def close_connection(self, reason: str) -> None:
-        self._closing = True
-        super().close_connection(reason)
-
-    def send_keepalive(self) -> None:
-        """Micromessage2 has no heartbeat: TCP keepalive finds dead peers instead."""
-
-    def logged_in(self) -> None:
-        if self._login_timer is not None and self._login_timer.active():
-            self._login_timer.cancel()
-        # no idle timer: a healthy Micromessage2 peer may be silent for hours, and the
-        # protocol has no ping to tell it from a dead one (TCP keepalive does that)
-        self._login_timer = None
-
-    def connectionLost(self, reason: Any = None) -> None:
-        self._closing = True
-        if self._refusal is not None and self._refusal.active():
-            self._refusal.cancel()
+    def lost(self) -> None:
         for handler in self.handlers.values():
             handler.closed()
-        super().connectionLost(reason)
         # queue messages never acknowledged go to another member of their group
-        pending = [q for _seq, q in self.unacked if q is not None]
-        pending += [q for _piece, q in self._held if q is not None]
-        self.unacked.clear()
-        self._held.clear()
-        by_group: dict[Any, list[Any]] = {}
-        for message, group in pending:  # oldest first, kept in order per group
-            by_group.setdefault(group, []).append(message)
-        for group, unacknowledged in by_group.items():
-            self.hub.stats.delivered += group.redeliver_all(unacknowledged)
+        taken = self.output.abandon()
+        if taken:
+            self.hub.redeliver(taken)

@@ -25,13 +25,10 @@ exits once the broker has handled what it sent: both wait for the answer to
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any
 
-from msgbroker.cli import CommandError
-from msgbroker.plugins.ssmp.cli import _reason, render_payload
+from msgbroker.clientkit import cli as kit
 
 from .blocking import ADDRESS_ENV, BlockingSbusClient, SbusConnectionClosed, default_address
 from .codec import DEFAULT_MAX_PACKET, Publish
@@ -41,85 +38,81 @@ HELP = "sbus client: subscribe to key patterns, publish, ask for credentials"
 
 
 def render_key(key: bytes) -> str:
-    """``key`` for a terminal line: as :func:`render_payload`, and no spaces."""
-    return render_payload(key).replace(" ", "\\x20")
+    """``key`` for a terminal line: as :func:`~msgbroker.clientkit.cli.render_payload`, and
+    no spaces."""
+    return kit.render_payload(key).replace(" ", "\\x20")
 
 
 def render_message(message: Publish) -> str:
     """One line for ``sub``: ``KEY PAYLOAD``."""
-    return f"{render_key(message.key)} {render_payload(message.payload)}"
+    return f"{render_key(message.key)} {kit.render_payload(message.payload)}"
 
 
-# -- arguments --------------------------------------------------------------------------------
-
-
-def _bytes(value: str) -> bytes:
-    return os.fsencode(value)  # the bytes the user typed, even if not valid UTF-8
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("connection")
-    group.add_argument(
-        "-a", "--address", metavar="ADDRESS",
-        help=f"the bus: a socket path, @NAME, /dev/unix/abstract/HEX or /dev/fd/N "
-        f"[${ADDRESS_ENV}, else the broker's default: $XDG_RUNTIME_DIR/msgbroker/sbus.socket]",
-    )  # fmt: skip
-    group.add_argument(
-        "--timeout", metavar="SECONDS", type=float, default=10.0,
-        help="how long to wait to connect and for the broker [10]",
-    )  # fmt: skip
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub = actions.add_parser(
-        "sub", parents=[common], help="print messages whose key matches PATTERN until Ctrl-C",
-        description="Print each message as 'KEY PAYLOAD' until Ctrl-C. In a PATTERN, * matches "
-        "up to the next /, a trailing / matches everything below, and '' matches every key.",
-    )  # fmt: skip
-    sub.add_argument("patterns", nargs="+", type=_bytes, metavar="PATTERN")
-    pub = actions.add_parser("pub", parents=[common], help="publish MESSAGE with routing key KEY")
-    pub.add_argument("key", type=_bytes, metavar="KEY")
-    pub.add_argument(
-        "message", type=_bytes, metavar="MESSAGE", help="the payload; - reads lines from stdin"
-    )
-    actions.add_parser(
-        "whoami", parents=[common], help="print this process's credentials as the broker sees "
-        "them (!/cred/GID/UID/PID)",
+class SbusCommand(kit.ClientCommand):
+    options = (
+        kit.Option(("-a", "--address"), {
+            "metavar": "ADDRESS",
+            "help": "the bus: a socket path, @NAME, /dev/unix/abstract/HEX or /dev/fd/N "
+            f"[${ADDRESS_ENV}, else the broker's default: $XDG_RUNTIME_DIR/msgbroker/sbus.socket]",
+        }),
+        kit.timeout("how long to wait to connect and for the broker [10]"),
     )  # fmt: skip
 
+    def add_actions(self, add: Any) -> None:
+        kit.add_sub(
+            add, "patterns", "PATTERN", kit.message_argument,
+            help="print messages whose key matches PATTERN until Ctrl-C",
+            description="Print each message as 'KEY PAYLOAD' until Ctrl-C. In a PATTERN, * "
+            "matches up to the next /, a trailing / matches everything below, and '' matches "
+            "every key.",
+        )  # fmt: skip
+        kit.add_send(add, "pub", "publish MESSAGE with routing key KEY",
+                     ("key", "KEY", kit.message_argument))  # fmt: skip
+        add("whoami", help="print this process's credentials as the broker sees them "
+            "(!/cred/GID/UID/PID)")  # fmt: skip
 
-# -- running ----------------------------------------------------------------------------------
+    def where(self, args: argparse.Namespace) -> str:
+        return str(args.address or default_address())
 
+    def open(self, args: argparse.Namespace) -> BlockingSbusClient:
+        return BlockingSbusClient(self.where(args), timeout=args.timeout)
 
-def _where(args: argparse.Namespace) -> str:
-    return str(args.address or default_address())
+    def refused(self, error: Exception, args: argparse.Namespace) -> str | None:
+        if isinstance(error, TimeoutError):
+            return f"cannot connect to {self.where(args)}: no answer within {args.timeout:g} s"
+        return None
 
-
-def connect(args: argparse.Namespace) -> BlockingSbusClient:
-    where = _where(args)
-    try:
-        return BlockingSbusClient(where, timeout=args.timeout)
-    except TimeoutError:
-        raise CommandError(f"cannot connect to {where}: no answer within {args.timeout:g} s")
-    except OSError as e:
-        raise CommandError(f"cannot connect to {where}: {_reason(e)}") from None
-    except ValueError as e:  # an address parse_address refuses
-        raise CommandError(str(e)) from None
-
-
-def run(args: argparse.Namespace) -> int:
-    client = connect(args)
-    try:
+    def act(self, client: BlockingSbusClient, args: argparse.Namespace) -> int:
         if args.action == "sub":
-            return _subscribe(client, args)
+            return self.follow(
+                args,
+                lambda: self._subscribe(client, args),
+                (render_message(p) if isinstance(p, Publish) else None  # control: not shown
+                 for p in client.messages()),
+            )  # fmt: skip
         if args.action == "pub":
-            _publish(client, args)
+            for payload in kit.message_lines(args.message, sys.stdin.buffer):
+                client.publish(args.key, payload)
+            client.sync()  # the broker has it all (or closed the connection: an error)
         else:
             sys.stdout.write(client.whoami().decode("utf-8", "backslashreplace") + "\n")
-    except (SbusConnectionClosed, TimeoutError) as e:
-        raise CommandError(f"{_where(args)}: {_reason(e)}{_hint(args)}") from None
-    finally:
-        client.close()
-    return 0
+        return 0
+
+    @staticmethod
+    def _subscribe(client: BlockingSbusClient, args: argparse.Namespace) -> tuple[str, str]:
+        for pattern in args.patterns:
+            client.subscribe(pattern)
+        credentials = client.whoami()  # the subscriptions are in force now
+        return " ".join(render_key(p) or "''" for p in args.patterns), render_key(credentials)
+
+    def failed(self, error: Exception, args: argparse.Namespace) -> str | None:
+        if isinstance(error, SbusConnectionClosed | TimeoutError):
+            return f"{self.where(args)}: {kit.reason(error)}{_hint(args)}"
+        return None
+
+
+COMMAND = SbusCommand()
+add_arguments, run = COMMAND.add_arguments, COMMAND.run
 
 
 def _hint(args: argparse.Namespace) -> str:
@@ -129,39 +122,3 @@ def _hint(args: argparse.Namespace) -> str:
     if args.action == "pub" and len(args.key) + len(args.message) + 5 > DEFAULT_MAX_PACKET:
         return f" (a message over the broker's maximum packet, {DEFAULT_MAX_PACKET} bytes?)"
     return ""
-
-
-def _publish(client: BlockingSbusClient, args: argparse.Namespace) -> None:
-    for payload in _payloads(args.message, sys.stdin.buffer):
-        client.publish(args.key, payload)
-    client.sync()  # the broker has it all (or closed the connection: an error)
-
-
-def _payloads(message: bytes, stdin: BinaryIO) -> Iterator[bytes]:
-    if message != b"-":
-        yield message
-        return
-    for raw in stdin:
-        line = raw.removesuffix(b"\n").removesuffix(b"\r")
-        if line:  # an empty line is no message, as for ssmp and mm2 pub
-            yield line
-
-
-def _subscribe(client: BlockingSbusClient, args: argparse.Namespace) -> int:
-    try:
-        for pattern in args.patterns:
-            client.subscribe(pattern)
-        credentials = client.whoami()  # the subscriptions are in force now
-        shown = " ".join(render_key(p) or "''" for p in args.patterns)
-        sys.stderr.write(
-            f"msgbroker: subscribed to {shown} as {render_key(credentials)} "
-            f"on {_where(args)}; Ctrl-C to stop\n"
-        )
-        sys.stderr.flush()
-        for packet in client.messages():
-            if isinstance(packet, Publish):
-                sys.stdout.write(render_message(packet) + "\n")
-                sys.stdout.flush()
-    except KeyboardInterrupt:
-        return 0
-    return 0  # messages() only ends by raising

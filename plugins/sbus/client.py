@@ -1,5 +1,7 @@
 """sbus clients: a Twisted protocol on :class:`~.seqpacket.SeqpacketConnection` and a
-blocking client (:mod:`.blocking`), both on the sans-IO codec (:mod:`.codec`).
+blocking client (:mod:`.blocking`), both driving the sans-IO
+:class:`~.client_session.SbusClientSession` (on the codec, :mod:`.codec`) through
+:mod:`msgbroker.clientkit`.
 
 Twisted::
 
@@ -23,16 +25,14 @@ malformed packet, a ``SUB`` or ``UNSUB``) closes the connection.
 from __future__ import annotations
 
 import socket
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
-from msgbroker.errors import RemoteProtocolError
+from msgbroker.clientkit.blocking import adopt_socket
+from msgbroker.clientkit.protocol import StreamClientProtocol
 
 from . import codec, seqpacket
 from .blocking import (
@@ -41,12 +41,10 @@ from .blocking import (
     BlockingClient,
     BlockingSbusClient,
     SbusConnectionClosed,
-    SbusVerbs,
     as_address,
     default_address,
-    inherited_socket,
-    server_packet,
 )
+from .client_session import SbusClientSession, SbusVerbs
 from .codec import ControlMessage, Publish
 from .seqpacket import SeqpacketAddress, SeqpacketConnection
 
@@ -57,64 +55,47 @@ __all__ = [
     "ControlMessage",
     "Publish",
     "SbusClient",
+    "SbusClientSession",
     "SbusConnectionClosed",
     "connect",
     "default_address",
 ]
 
-log = Logger(namespace="msgbroker.sbus.client")
-
 #: how often :func:`connect` tries again while the broker's accept queue is full
 _RETRY = 0.01
 
 
-class SbusClient(SbusVerbs, Protocol):
+class SbusClient(SbusVerbs, StreamClientProtocol):
     """One sbus connection (see the module docstring). Sending methods write at once and
     return None; they raise :class:`SbusConnectionClosed` once the connection is closing
-    or gone, and ValueError (before anything is sent) for a NUL in a key or pattern."""
+    or gone, and ValueError (before anything is sent) for a NUL in a key or pattern. A
+    :class:`~msgbroker.clientkit.protocol.SessionDriver` on a packet transport (its
+    ``packetReceived``: a packet a unit)."""
 
+    log = Logger(namespace="msgbroker.sbus.client")
+    client_name = "sbus client"
     transport: Any  # a SeqpacketConnection
+    session: SbusClientSession
 
     def __init__(
         self,
         on_message: Callable[[Publish], object] | None = None,
         on_control: Callable[[ControlMessage], object] | None = None,
         max_packet: int = codec.DEFAULT_MAX_PACKET,
+        clock: Any = None,
     ) -> None:
-        self._message_callback = on_message
-        self._control_callback = on_control
-        #: the largest packet accepted from the broker
-        self.max_packet = max_packet
-        self._whoami: deque[defer.Deferred[bytes]] = deque()
-        self._close_waiters: list[defer.Deferred[BaseException]] = []
-        self._closing = False
-        self._lost = False
-        self._failure: BaseException | None = None
+        super().__init__(SbusClientSession(max_packet), clock)
+        self._use_handlers(on_message=on_message, on_control=on_control)
 
-    # -- events (override) -------------------------------------------------------------------
+    # -- events (override, or pass callables) -------------------------------------------------
 
     def on_message(self, message: Publish) -> None:
         """A ``MSG`` matching one of this client's subscriptions."""
-        if self._message_callback is not None:
-            self._message_callback(message)
 
     def on_control(self, message: ControlMessage) -> None:
         """A ``CMSG`` from the broker that answers no :meth:`whoami`."""
-        if self._control_callback is not None:
-            self._control_callback(message)
 
     # -- sending -----------------------------------------------------------------------------
-
-    def whoami(self) -> defer.Deferred[bytes]:
-        """Fires with this client's credentials as the broker sees them,
-        ``b"!/cred/GID/UID/PID"`` (longer through a relay); fails with
-        :class:`SbusConnectionClosed` if the connection ends first."""
-        if self._lost or self._closing:
-            return defer.fail(SbusConnectionClosed("the connection is closed"))
-        d: defer.Deferred[bytes] = defer.Deferred()
-        self._whoami.append(d)
-        self.transport.write(codec.encode_packet(ControlMessage(codec.WHOAMI)))
-        return d
 
     def sync(self) -> defer.Deferred[None]:
         """Fires once the broker handled everything written before, and every message it
@@ -125,74 +106,22 @@ class SbusClient(SbusVerbs, Protocol):
     def close(self) -> defer.Deferred[None]:
         """Close once what waits to be written is sent (the broker still handles it);
         fires when the connection is gone."""
-        closed = self.when_closed()
-        if not self._lost and not self._closing:
-            self._closing = True
-            self.transport.loseConnection()
-        return closed.addCallback(lambda _: None)
-
-    def when_closed(self) -> defer.Deferred[BaseException]:
-        """Fires with the reason (an exception) when the connection is gone."""
-        if self._lost:
-            return defer.succeed(self._failure or SbusConnectionClosed("closed"))
-        d: defer.Deferred[BaseException] = defer.Deferred()
-        self._close_waiters.append(d)
-        return d
-
-    @property
-    def closed(self) -> bool:
-        return self._lost
+        return super().close()
 
     def _send(self, packet: codec.Packet) -> None:
-        data = codec.encode_packet(packet)
-        if self._lost or self._closing:
-            raise SbusConnectionClosed("the connection is closed")
-        self.transport.write(data)
+        self._write_now(lambda: self.session.send(packet))
 
-    # -- Twisted -----------------------------------------------------------------------------
+    def _dispatch(self, event: Any) -> None:
+        if isinstance(event, Publish):
+            self._deliver(self.on_message, event)
+        else:
+            self._deliver(self.on_control, event)
+
+    def _perform(self, ask: Callable[[], int]) -> defer.Deferred[bytes]:
+        return self._request(ask)
 
     def packetReceived(self, data: bytes) -> None:
-        if self._lost:
-            return
-        try:
-            packet = server_packet(data, self.max_packet)
-        except RemoteProtocolError as e:
-            self._abort(SbusConnectionClosed(f"protocol error from the broker: {e}"))
-            return
-        if isinstance(packet, Publish):
-            self._deliver(self.on_message, packet)
-        elif packet.key == codec.WHOAMI and self._whoami:
-            self._whoami.popleft().callback(packet.payload)
-        else:
-            self._deliver(self.on_control, packet)
-
-    def _deliver(self, handler: Callable[[Any], object], packet: Any) -> None:
-        try:
-            handler(packet)
-        except Exception:
-            log.failure("sbus message handler failed on {packet!r}", packet=packet)
-
-    def _abort(self, reason: BaseException) -> None:
-        if self._failure is None:
-            self._failure = reason
-        log.info("sbus client closing the connection: {reason}", reason=reason)
-        self._fail_pending(reason)
-        self.transport.abortConnection()
-
-    def _fail_pending(self, reason: BaseException) -> None:
-        pending, self._whoami = self._whoami, deque()
-        for d in pending:
-            d.errback(reason)
-
-    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
-        self._lost = True
-        if self._failure is None:
-            text = reason.getErrorMessage() if reason is not None else "connection lost"
-            self._failure = SbusConnectionClosed(text)
-        self._fail_pending(self._failure)
-        waiters, self._close_waiters = self._close_waiters, []
-        for d in waiters:
-            d.callback(self._failure)
+        self._transport_data(data)
 
     def flood_error(self, reason: str) -> None:
         """Never called: this side's outbox keeps whatever the socket cannot take yet."""
@@ -220,6 +149,7 @@ def connect(
         where = as_address(address)
     except ValueError as e:
         return defer.fail(e)
+    options.setdefault("clock", reactor)
     done: defer.Deferred[SbusClient] = defer.Deferred()
     deadline = reactor.seconds() + timeout
 
@@ -253,7 +183,7 @@ def connect(
 
 def _connect_nonblocking(address: SeqpacketAddress) -> socket.socket:
     if address.fd is not None:
-        sock = inherited_socket(address.fd)
+        sock = adopt_socket(address.fd, kind=socket.SOCK_SEQPACKET)
         sock.setblocking(False)
         return sock
     sock = seqpacket.new_socket()

@@ -14,7 +14,7 @@ may publish and unicast only, like SSMP's: subscribe, unsubscribe and broadcast 
 ``0x23 Forbidden`` for them.
 
 A refused login is answered ``login-failure-delay`` seconds late (the connection holds
-what follows it meanwhile, see :class:`~.protocol.STMPConnection`), so one connection
+what follows it meanwhile, see :class:`~.protocol.STMPServerSession`), so one connection
 cannot guess credentials fast. A subscribe over a configured limit (``max-subscriptions``,
 ``max-topics``) is ``0x23 Forbidden`` with ``{"error": "<limit> reached"}``.
 
@@ -26,9 +26,7 @@ off.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
-
-from twisted.internet import task
+from typing import TYPE_CHECKING, Any
 
 from msgbroker.auth import Accept, LoginRequest
 from msgbroker.errors import (
@@ -104,23 +102,16 @@ def login(request: RouteRequest) -> Any:
         scheme=fields["scheme"],
         credential=credential,
         host=session.host,
-        tls_names=connection.peer_names(),
+        tls_names=connection.certificate_names(),
     )
     result = broker.login(session, login_request)
     if not isinstance(result, Accept):
-        refused = STMPStatusError(Status.UNAUTHORIZED, {"schemes": list(broker.enabled_schemes)})
-        delay = broker.config.login_failure_delay
-        if delay <= 0:
-            raise refused
-        return task.deferLater(broker.reactor, delay, _raise, refused)
-    connection.logged_in(request.encoding, connection.current_framing)
+        # the server session answers it login-failure-delay late
+        raise STMPStatusError(Status.UNAUTHORIZED, {"schemes": list(broker.enabled_schemes)})
+    connection.login_accepted(request.encoding)
     if result.identity != fields["id"]:  # an auth hook chose another: tell the client
         return {"id": result.identity}
     return None
-
-
-def _raise(error: Exception) -> NoReturn:
-    raise error
 
 
 def subscribe(request: RouteRequest) -> Any:

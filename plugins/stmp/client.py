@@ -1,6 +1,7 @@
 """STMP 0.1 clients: Twisted protocols for TCP (binary serialization) and WebSocket (text
 serialization, on autobahn), and a blocking client, all on the sans-IO codec
-(:mod:`msgbroker.plugins.stmp.codec`).
+(:mod:`msgbroker.plugins.stmp.codec`) and one sans-IO session
+(:class:`~.client_session.STMPClientSession`), driven by :mod:`msgbroker.clientkit`.
 
 Twisted::
 
@@ -34,39 +35,50 @@ give up with ``STMPError(0x35)`` when the server refuses; both ping every ``hear
 seconds and close after two intervals without hearing from the server. A malformed message
 from the server closes the connection.
 
-The transport-independent logic is :mod:`.client_base`'s, the WebSocket protocol
-:mod:`.client_ws`'s, the blocking client :mod:`.blocking`'s and what both clients share
-:mod:`.common`'s; this module re-exports them.
+The connection's logic is :mod:`.client_session`'s, the values and errors
+:mod:`.client_common`'s, the blocking client :mod:`.blocking`'s; this module re-exports
+them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.endpoints import HostnameEndpoint
-from twisted.internet.interfaces import IStreamClientEndpoint
-from twisted.internet.protocol import Factory, Protocol
-from twisted.python.failure import Failure
+from twisted.logger import Logger
 
-from msgbroker.errors import RemoteProtocolError
-from msgbroker.plugins.ssmp.client import _TLSEndpoint, client_tls_options
+from msgbroker.clientkit.protocol import (
+    ClientFactory,
+    SessionDriver,
+    StreamClientProtocol,
+    client_endpoint,
+    connect_client,
+)
+from msgbroker.clientkit.session import SessionAttribute
+from msgbroker.clientkit.tls import client_tls_options
+from msgbroker.clientkit.twisted_ws import (
+    WebSocketClientDriver,
+    WebSocketClientFactory,
+    websocket_url,
+)
 
 from . import codec
 from .blocking import BlockingSTMPClient
-from .client_base import STMPClientBase
-from .client_ws import STMPWebSocketClientFactory, STMPWebSocketClientProtocol
-from .codec import Message
-from .common import (
+from .client_common import (
     DEFAULT_PORT,
     DEFAULT_WS_PORT,
     HEARTBEAT,
     REQUEST_TIMEOUT,
+    BinaryWire,
     Delivery,
     STMPConnectionClosed,
     STMPError,
+    WebSocketWire,
     status_name,
 )
+from .client_session import DroppedDelivery, Ready, STMPClientSession, STMPRequests, Wire
+from .codec import Encoding, Notify
 
 __all__ = [
     "DEFAULT_PORT",
@@ -78,6 +90,7 @@ __all__ = [
     "STMPClientBase",
     "STMPClientFactory",
     "STMPClientProtocol",
+    "STMPClientSession",
     "STMPConnectionClosed",
     "STMPError",
     "STMPWebSocketClientFactory",
@@ -88,64 +101,116 @@ __all__ = [
 ]
 
 
-# -- TCP ----------------------------------------------------------------------------------------
+class STMPClientBase(STMPRequests, SessionDriver):
+    """The STMP API on a :class:`~msgbroker.clientkit.protocol.SessionDriver`, whatever the
+    transport: the TCP and WebSocket protocols below mix it in (and give it their ``wire``).
 
+    Events go to :meth:`on_delivery` (deliveries, notify ``0.0.1.16``) and :meth:`on_notify`
+    (any other notify): override them or pass callables. ``clock`` drives timers (default:
+    the global reactor); ``heartbeat=None`` turns the heartbeat off; ``encoding`` (JSON or
+    msgpack) is used by the broker actions and as the default of :meth:`request`;
+    ``timeout`` is the default request timeout in seconds.
+    """
 
-class STMPClientProtocol(STMPClientBase, Protocol):
-    """An STMP client over TCP: binary serialization with PS. See :class:`STMPClientBase`."""
-
-    transport: Any  # an ITransport; typed loosely as Twisted's interfaces confuse mypy
-
-    def __init__(self, *args: Any, max_payload: int = codec.DEFAULT_MAX_PAYLOAD, **kw: Any):
-        super().__init__(*args, **kw)
-        self._decoder = codec.BinaryDecoder(max_payload)
-
-    def connectionMade(self) -> None:
-        self._stmp_open()
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._lost:
-            return
-        try:
-            for message in self._decoder.feed(data):
-                self._stmp_received(message)
-                if self._lost:
-                    return
-        except RemoteProtocolError as e:
-            self._protocol_error(e)
-
-    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
-        self._stmp_lost(reason)
-
-    def _write(self, message: Message, inline: bool | None) -> None:
-        self.transport.write(codec.encode_binary(message))
-
-    def _drop(self, abort: bool) -> None:
-        if abort and hasattr(self.transport, "abortConnection"):
-            self.transport.abortConnection()
-        else:
-            self.transport.loseConnection()
-
-
-class STMPClientFactory(Factory):
-    """Builds :class:`STMPClientProtocol` (or ``protocol_class``) with the given options."""
+    log = Logger(namespace="msgbroker.stmp.client")
+    client_name = "STMP client"
+    session: STMPClientSession
 
     def __init__(
-        self, protocol_class: type[STMPClientProtocol] = STMPClientProtocol, **options: Any
+        self,
+        clock: Any = None,
+        heartbeat: float | None = HEARTBEAT,
+        encoding: int = Encoding.JSON,
+        timeout: float = REQUEST_TIMEOUT,
+        on_delivery: Callable[[Delivery], object] | None = None,
+        on_notify: Callable[[Notify], object] | None = None,
+        *,
+        wire: Wire,
     ) -> None:
-        self.protocol_class = protocol_class
-        self.options = options
+        session = STMPClientSession(wire, encoding=encoding, timeout=timeout, heartbeat=heartbeat)
+        super().__init__(session, clock)
+        self._use_handlers(on_delivery=on_delivery, on_notify=on_notify)
 
-    def buildProtocol(self, addr: Any) -> STMPClientProtocol:
-        proto = self.protocol_class(**self.options)
-        proto.factory = self
-        return proto
+    timeout = SessionAttribute("the default request timeout (s)")
+
+    # -- events (override, or pass callables) -------------------------------------------------
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        """A message routed to this client (mcast, ucast, bcast) or a presence event."""
+
+    def on_notify(self, notify: Notify) -> None:
+        """A notify other than a delivery (from a plugin's action)."""
+
+    # -- requests (STMPRequests': each returns a Deferred) -------------------------------------
+
+    def _perform(self, ask: Callable[[float], int]) -> defer.Deferred[Any]:
+        try:
+            return self._request(lambda: ask(self._now()))
+        except STMPError as e:  # all 65535 ids in use
+            return defer.fail(e)
+
+    def _perform_write(self, write: Callable[[float], None]) -> None:
+        self._write_now(lambda: write(self._now()))
+
+    def _dispatch(self, event: Any) -> None:
+        if isinstance(event, Delivery):
+            self._deliver(self.on_delivery, event)
+        elif isinstance(event, Ready):
+            self._ready(event.version)
+        elif isinstance(event, DroppedDelivery):
+            self.log.warn("STMP malformed delivery dropped: {why}", why=event.reason)
+        else:
+            self._deliver(self.on_notify, event)
+
+
+class STMPClientProtocol(STMPClientBase, StreamClientProtocol):
+    """An STMP client over TCP: binary serialization with PS. See :class:`STMPClientBase`;
+    :meth:`when_ready` fires with the version the server chose."""
+
+    def __init__(self, *args: Any, max_payload: int = codec.DEFAULT_MAX_PAYLOAD, **kw: Any):
+        super().__init__(*args, wire=BinaryWire(max_payload), **kw)
+
+
+class STMPWebSocketClientProtocol(STMPClientBase, WebSocketClientDriver):  # type: ignore[misc]
+    """An STMP client over WebSocket (autobahn): text frames — a binary payload (msgpack,
+    raw) as the text header plus one binary frame — or, with ``binary_frames=True``, one
+    binary-serialized message (without PS) per binary frame. See :class:`STMPClientBase`.
+    The version check starts once the WebSocket handshake is done."""
+
+    def __init__(
+        self,
+        *args: Any,
+        binary_frames: bool = False,
+        max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
+        **kw: Any,
+    ) -> None:
+        super().__init__(*args, wire=WebSocketWire(max_payload, binary_frames), **kw)
+        self.binary_frames = binary_frames
+
+
+class STMPClientFactory(ClientFactory):
+    """Builds :class:`STMPClientProtocol` (or ``protocol_class``) with the given options."""
+
+    protocol = STMPClientProtocol
+
+
+class STMPWebSocketClientFactory(WebSocketClientFactory):
+    """Builds :class:`STMPWebSocketClientProtocol` (or ``protocol_class``) for ``url``
+    with the given options, its timers on ``reactor``."""
+
+    def __init__(
+        self,
+        url: str,
+        protocol_class: type[STMPWebSocketClientProtocol] = STMPWebSocketClientProtocol,
+        reactor: Any = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(url, protocol_class, reactor, **options)
 
 
 # -- connecting -----------------------------------------------------------------------------------
 
 
-@defer.inlineCallbacks
 def connect(
     reactor: Any,
     endpoint_or_host: Any,
@@ -160,7 +225,7 @@ def connect(
     protocol_class: Any = None,
     connect_timeout: float = 30.0,
     **options: Any,
-) -> Any:
+) -> defer.Deferred[Any]:
     """Connect, pass the version check and (with ``identity``) log in; a Deferred of the
     ready protocol.
 
@@ -174,33 +239,22 @@ def connect(
     version check or login fails with :class:`STMPError` and the connection is closed.
     """
     port = port if port is not None else (DEFAULT_WS_PORT if ws else DEFAULT_PORT)
-    host = endpoint_or_host if isinstance(endpoint_or_host, str) else "localhost"
-    if IStreamClientEndpoint.providedBy(endpoint_or_host):
-        endpoint = endpoint_or_host
-    else:
-        endpoint = HostnameEndpoint(reactor, endpoint_or_host, port, timeout=connect_timeout)
-        if tls is True:
-            tls = client_tls_options(endpoint_or_host)
-    secure = tls is not None and tls is not False
-    if secure:
-        endpoint = _TLSEndpoint(tls, endpoint, reactor)
+    endpoint = client_endpoint(reactor, endpoint_or_host, port, tls=tls, timeout=connect_timeout)
     options.setdefault("clock", reactor)
     factory: Any
     if ws:
-        where = host if ":" not in host else f"[{host}]"
-        url = f"{'wss' if secure else 'ws'}://{where}:{port}{path}"
+        host = endpoint_or_host if isinstance(endpoint_or_host, str) else "localhost"
+        url = websocket_url(host, port, path, secure=tls is not None and tls is not False)
         factory = STMPWebSocketClientFactory(
             url, protocol_class or STMPWebSocketClientProtocol, reactor=reactor, **options
         )
     else:
         factory = STMPClientFactory(protocol_class or STMPClientProtocol, **options)
-    proto = yield endpoint.connect(factory)
-    try:
-        yield proto.when_ready()
+
+    def prepare(proto: Any) -> defer.Deferred[Any]:
+        ready: defer.Deferred[Any] = proto.when_ready()
         if identity is not None:
-            yield proto.login(identity, scheme, credential)
-    except BaseException:
-        if not proto._lost:
-            proto._drop(abort=True)
-        raise
-    return proto
+            ready.addCallback(lambda _: proto.login(identity, scheme, credential))
+        return ready
+
+    return connect_client(endpoint, factory, prepare)

@@ -75,7 +75,40 @@ def _binary(message: codec.Message, inline: bool | None = None) -> bytes:
     return codec.encode_binary(message)
 
 
-_serializers: dict[Framing, Serializer] = {"binary": _binary}
+#: WebSocket opcodes of data frames
+WS_TEXT, WS_BINARY = 0x1, 0x2
+
+
+def ws_frame(opcode: int, payload: bytes) -> bytes:
+    """One unmasked, unfragmented server frame: what the broker writes over WebSocket is
+    framed here, once per group of recipients, and goes to each TCP transport as is."""
+    size = len(payload)
+    if size < 126:
+        head = bytes((0x80 | opcode, size))
+    elif size < 1 << 16:
+        head = bytes((0x80 | opcode, 126)) + size.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 127)) + size.to_bytes(8, "big")
+    return head + payload
+
+
+def text_frames(message: codec.Message, inline: bool | None = None) -> bytes:
+    text, follow = codec.encode_text(message, inline)
+    frames = ws_frame(WS_TEXT, text.encode("utf-8"))
+    if follow is not None:
+        frames += ws_frame(WS_BINARY, follow)
+    return frames
+
+
+def binary_frame(message: codec.Message, inline: bool | None = None) -> bytes:
+    return ws_frame(WS_BINARY, codec.encode_binary(message, with_ps=False))
+
+
+_serializers: dict[Framing, Serializer] = {
+    "binary": _binary,
+    "text": text_frames,
+    "frame": binary_frame,
+}
 
 
 def serializer(framing: Framing) -> Serializer:
@@ -83,5 +116,5 @@ def serializer(framing: Framing) -> Serializer:
 
 
 def register_serializer(framing: Framing, function: Serializer) -> None:
-    """The WebSocket adapter registers its framings ("text", "frame") here."""
+    """Add (or replace) a framing's serializer."""
     _serializers[framing] = function

@@ -9,13 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
-from msgbroker.errors import ConfigError
-from msgbroker.legacy import BrokerFactory
+from msgbroker.connection import StreamFactory
 
 from . import actions, hookspecs
-from .codec import DEFAULT_MAX_PAYLOAD
-from .router import Router
-from .tcp import STMPServerProtocol
+from .protocol import STMPServerSession, STMPWebSocketSession
+from .router import ROUTER_STATE, Router, router_for
 
 if TYPE_CHECKING:
     from msgbroker.broker import Broker
@@ -24,46 +22,42 @@ if TYPE_CHECKING:
 
 DEFAULT_ENDPOINT = "tcp:4445:interface=127.0.0.1"
 DEFAULT_WS_ENDPOINT = "tcp:4446:interface=127.0.0.1"
-#: where the broker keeps its router (``broker.plugins.state``)
-ROUTER_STATE = "stmp.router"
+
+# router_for and ROUTER_STATE live with the router now; importers of this module find them
+__all__ = ["ROUTER_STATE", "router_for"]
 
 
-def router_for(broker: Broker) -> Router:
-    """The broker's STMP router, built once from ``msgbroker_register_stmp_routes``."""
-    return broker.plugins.state(ROUTER_STATE, lambda: _build_router(broker))
-
-
-def _build_router(broker: Broker) -> Router:
-    router = Router()
-    try:
-        hookspecs.register_stmp_routes(broker.plugins, router)
-    except ValueError as e:
-        raise ConfigError(f"bad STMP route: {e}") from None
-    return router
-
-
-class STMPFactory(BrokerFactory):
-    def __init__(self, broker: Broker, listener: Listener) -> None:
-        super().__init__(STMPServerProtocol, broker, listener)
-        self.router = router_for(broker)
-        self.max_payload = DEFAULT_MAX_PAYLOAD
-
-
-def build_factory(broker: Broker, listener: Listener) -> STMPFactory:
-    return STMPFactory(broker, listener)
+def build_factory(broker: Broker, listener: Listener) -> StreamFactory:
+    router_for(broker)  # a bad route is a configuration error when the listener starts
+    return StreamFactory(broker, STMPServerSession)
 
 
 def build_ws_factory(broker: Broker, listener: Listener) -> Any:
     from .websocket import STMPWebSocketFactory
 
-    return STMPWebSocketFactory(broker, listener, router_for(broker))
+    router_for(broker)
+    return STMPWebSocketFactory(broker, listener)
 
 
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
-    register(ProtocolSpec("stmp", build_factory, DEFAULT_ENDPOINT, "STMP 0.1, binary over TCP"))
     register(
-        ProtocolSpec("stmp-ws", build_ws_factory, DEFAULT_WS_ENDPOINT, "STMP 0.1 over WebSocket")
+        ProtocolSpec(
+            name="stmp",
+            build_factory=build_factory,
+            default_endpoint=DEFAULT_ENDPOINT,
+            description="STMP 0.1, binary over TCP",
+            session=STMPServerSession,
+        )
+    )
+    register(
+        ProtocolSpec(
+            name="stmp-ws",
+            build_factory=build_ws_factory,
+            default_endpoint=DEFAULT_WS_ENDPOINT,
+            description="STMP 0.1 over WebSocket",
+            session=STMPWebSocketSession,
+        )
     )
 
 

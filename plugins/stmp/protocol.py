@@ -1,26 +1,28 @@
-"""STMP server side: the protocol logic (:class:`STMPConnection`), transport-agnostic.
-The adapters are ``tcp.py`` (binary serialization) and ``websocket.py``; the delivery
-encoders and serializers are in ``encoders.py``.
+"""The STMP server session, sans-IO: bytes (TCP) or WebSocket messages in; hub calls,
+replies and timer requests out. :class:`STMPServerSession` reads the binary serialization
+on a byte stream (TCP, TLS, unix), :class:`STMPWebSocketSession` one WebSocket message at a
+time. The framework's ``Connection`` runs both; ``websocket.py`` is the autobahn glue,
+``encoders.py`` has the delivery encoders and each framing's serializer.
 """
 
 from __future__ import annotations
 
-import inspect
 import struct
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
-from twisted.internet import defer
 from twisted.logger import Logger
 
+from msgbroker.connection import ServerSession
 from msgbroker.errors import RemoteProtocolError
+from msgbroker.reasons import CloseReason
+from msgbroker.timers import Timer
 
 from . import codec, payloads, runs
 from .codec import Encoding, Notify, Request, Response, Status
-from .encoders import Framing, delivery_encoder, register_serializer, serializer
+from .encoders import Framing, delivery_encoder, serializer
 from .payloads import decode_payload, encode_payload
-from .router import Reply, Router, RouteRequest, STMPStatusError
+from .router import Reply, RouteRequest, STMPStatusError, router_for, run_handler
 
 log = Logger(namespace="msgbroker.stmp")
 #: a response's fields after its header (binary): ID u16, STATUS u8
@@ -28,80 +30,110 @@ _ID_STATUS = struct.Struct(">HB")
 
 LOGIN_ACTIONS = frozenset({codec.ACTION_VERSION, payloads.LOGIN})
 SUPPORTED_VERSIONS = [codec.VERSION]
-
-# the encoders lived here once; the adapters and tests may import them from either module
-__all__ = ["STMPConnection", "delivery_encoder", "register_serializer", "serializer"]
-
-# -- the protocol logic ---------------------------------------------------------------------
+#: what holds the peer's input while a login is pending (``Session.hold_reading``)
+_LOGIN_HOLD = "stmp.login"
 
 
-class STMPConnection:
-    """One STMP connection's behaviour: version check, login gate, heartbeat, request
-    routing with timeouts, and the built-in broker actions (through the router).
+class STMPServerSession(ServerSession):
+    """One STMP connection on the server side: version check, login gate, heartbeat,
+    request routing with timeouts, and the built-in broker actions (through the router).
 
-    A login request that is answered later (a refused login waits ``login-failure-delay``)
-    *holds* the connection's input until it is answered: the reading transport is paused,
-    and the adapter stops parsing (:attr:`holding`) and keeps what it has not parsed, so
-    the requests pipelined after it take effect after it, in order, and one connection
-    cannot try logins faster than one per delay. When the login is answered,
-    :attr:`on_release` (the adapter) parses what it kept, and reading resumes.
+    A login answered later (a refused one waits ``login-failure-delay``) *holds* the input
+    until it is answered: reading stops (``hold_reading``) and what arrived waits unparsed,
+    so what was pipelined after the login takes effect after it, in order, and one
+    connection cannot try logins faster than one per delay. Before login a message may be
+    at most ``prelogin-max-frame`` bytes, refused as soon as its PS is read, so an
+    unauthenticated peer never makes the broker buffer more than that.
+
+    ``peer.data["stmp"]`` is this session: a route handler writes to its own client with
+    :meth:`send`.
     """
 
-    def __init__(
-        self,
-        broker: Any,
-        router: Router,
-        session: Any,
-        framing: Framing,
-        peer_names: Callable[[], frozenset[str] | None] = lambda: None,
-    ) -> None:
-        self.broker = broker
-        self.router = router
-        self.session = session
-        self.clock = broker.reactor
-        self.framing = framing
-        self._serialize = serializer(framing)
-        #: names the client's verified TLS certificate proves (asked at login)
-        self.peer_names = peer_names
+    name = "stmp"
+    # (a Callable, not a def: mypy misses the base's parameter name)
+    encode = staticmethod(delivery_encoder("binary", Encoding.JSON))  # type: ignore[assignment]
+    #: how what the broker sends unasked is framed until the login chooses
+    framing: Framing = "binary"
+    max_payload = codec.DEFAULT_MAX_PAYLOAD
+    #: the byte stream's decoder (None over WebSocket)
+    _decoder: codec.BinaryDecoder | None = None
+
+    def opened(self) -> None:
+        self.prepare()
+        self._decoder = codec.BinaryDecoder(self.max_payload, self.broker.config.prelogin_max_frame)
+        #: bytes that arrived while the input was held (TLS may hand over more than one
+        #: chunk per socket read), parsed on release
+        self._kept: list[bytes] = []
+        self.start_heartbeat()
+
+    def prepare(self) -> None:
+        """The state of a new connection (before its first message)."""
+        self.router = router_for(self.broker)
+        self._serialize = serializer(self.framing)
         #: how the message being handled arrived (WebSocket: "text" or "frame")
-        self.current_framing: Framing = framing
-        self.closed = False
-        self.version: tuple[int, int] | None = None
+        self.current_framing: Framing = self.framing
+        self.version: tuple[int, int] | None = None  # what the version check chose
         self.encoding = Encoding.JSON
-        self._pending: dict[object, Any] = {}
+        #: route handlers answering later: key -> (Deferred, its route timeout)
+        self._pending: dict[object, tuple[Any, Timer]] = {}
         #: a login is pending: what arrives now waits (see the class docstring)
         self.holding = False
-        #: what arrived while holding that the adapter could not keep unparsed (the rest of
-        #: a run of requests): handled first on release
+        #: decoded messages that arrived while holding (the rest of a run): first on release
         self._held: deque[tuple[Any, Framing | None, bool]] = deque()
-        #: set by the adapter: called on a successful login (to lift the pre-login frame
-        #: limit) and when a hold ends (to parse what it kept)
-        self.on_login: Callable[[], None] | None = None
-        self.on_release: Callable[[], None] | None = None
-        interval = broker.config.keepalive
-        self._interval = interval
-        self._last_rx = self.clock.seconds()
-        self._next_ping = self._last_rx + interval
-        self._heartbeat = self.clock.callLater(interval, self._beat)
-        self._login_timer = self.clock.callLater(broker.config.login_timeout, self._login_late)
-        session.encode = delivery_encoder(framing, Encoding.JSON)
-        session.data["stmp"] = self
+        self._last_rx = self.timers.seconds()
+        self.peer.data["stmp"] = self
+
+    # -- input: a byte stream ------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._last_rx = self.timers.seconds()
+        if self.holding:
+            self._kept.append(data)
+            return
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
+        # Runs of pipelined requests are only worth it (and only taken) after login; before
+        # it, one message at a time, so a held input stops right after the login that holds
+        # it and what follows stays unparsed in the decoder.
+        decoder: Any = self._decoder
+        logged_in = self.peer.identity is not None
+        messages = decoder.feed_runs(data) if logged_in else decoder.feed(data)
+        try:
+            for message in messages:
+                self.received(message)
+                if self.closed or self.holding:
+                    break
+        except RemoteProtocolError as e:
+            self._protocol_error(str(e))
+        finally:
+            messages.close()  # keeps the bytes after the last message handled
+
+    def _protocol_error(self, why: str) -> None:
+        log.debug("stmp {host}: protocol error: {why}", host=self.peer.host, why=why)
+        self.close(CloseReason.PROTOCOL_ERROR, why)
 
     # -- output --------------------------------------------------------------------------------
 
     def send(
         self, message: codec.Message, framing: Framing | None = None, inline: bool | None = None
     ) -> None:
+        """Write one message in this connection's framing (or ``framing``): a response as
+        an answer (never dropped), anything else as a delivery."""
         serialize = self._serialize if framing is None else serializer(framing)
         if type(message) is Response:
-            self.session.reply(serialize(message, inline))  # never dropped
+            self.reply(serialize(message, inline))
         else:
-            self.session.send(serialize(message, inline))
+            self.peer.send(serialize(message, inline))
 
-    def respond(self, request: Request, status: int, payload: Any = None, framing=None) -> None:
+    def respond(
+        self, request: Request, status: int, payload: Any = None, framing: Framing | None = None
+    ) -> None:
         if payload is None:
             if (framing or self.framing) == "binary":  # the common answer, made directly
-                self.session.reply(b"\xc0" + _ID_STATUS.pack(request.id, status))
+                self.reply(b"\xc0" + _ID_STATUS.pack(request.id, status))
             else:
                 self.send(Response(request.id, status), framing)
             return
@@ -117,7 +149,7 @@ class STMPConnection:
             return
         self.send(Response(request.id, status, encoding, data), framing)
 
-    # -- input ---------------------------------------------------------------------------------
+    # -- messages ------------------------------------------------------------------------------
 
     def received(
         self,
@@ -129,7 +161,6 @@ class STMPConnection:
         ``payload_frame``: a text-mode message whose payload came in its own binary frame)."""
         if self.closed:
             return
-        self._last_rx = self.clock.seconds()
         if self.holding:
             self._held.append((message, framing, payload_frame))
             return
@@ -158,7 +189,7 @@ class STMPConnection:
         if action >> 8 == 0:  # the protocol's own range: nothing else is defined there
             self.respond(request, Status.NOT_FOUND, framing=framing)
             return
-        if self.session.identity is None and action not in LOGIN_ACTIONS:
+        if self.peer.identity is None and action not in LOGIN_ACTIONS:
             self.respond(request, Status.UNAUTHORIZED, framing=framing)
             return
         route = self.router.lookup(action)
@@ -171,20 +202,21 @@ class STMPConnection:
             self.respond(request, Status.BAD_REQUEST, framing=framing)
             return
         route_request = RouteRequest(
-            self.session, self.broker, action, request.encoding, payload, request.payload
+            self.peer, self.broker, action, request.encoding, payload, request.payload
         )
         try:
-            result = route.handler(route_request)
+            result = run_handler(route, route_request)
         except STMPStatusError as e:
-            self.respond(request, e.status, e.payload, framing)
+            if action == payloads.LOGIN and e.status == Status.UNAUTHORIZED:
+                self._refuse_login(request, e, framing)
+            else:
+                self.respond(request, e.status, e.payload, framing)
             return
         except Exception:
             log.failure("STMP handler for {action} failed", action=codec.action_to_str(action))
             self.respond(request, Status.INTERNAL_SERVER_ERROR, framing=framing)
             return
-        if inspect.iscoroutine(result):
-            result = defer.ensureDeferred(result)
-        if isinstance(result, defer.Deferred):
+        if hasattr(result, "addCallbacks"):  # a Deferred: the handler answers later
             # a login answered later holds what follows it (requests take effect in order)
             self._wait(request, result, route.timeout, framing, hold=action == payloads.LOGIN)
         else:
@@ -215,15 +247,10 @@ class STMPConnection:
             self.respond(request, Status.OK, result, framing)
 
     def _wait(
-        self,
-        request: Request,
-        d: defer.Deferred[Any],
-        timeout: float,
-        framing: Framing | None,
-        hold: bool = False,
+        self, request: Request, d: Any, timeout: float, framing: Framing | None, hold: bool
     ) -> None:
-        """Answer ``request`` when ``d`` fires, or GatewayTimeout after ``timeout``; with
-        ``hold``, nothing received after it is handled before that answer."""
+        """Answer ``request`` when the Deferred ``d`` fires, or GatewayTimeout after
+        ``timeout``; with ``hold``, nothing received after it is handled before that."""
         key = object()
 
         def timed_out() -> None:
@@ -233,23 +260,27 @@ class STMPConnection:
             if hold:
                 self._release()
 
-        timer = self.clock.callLater(timeout, timed_out)
+        timer = self.timers.call_later(timeout, timed_out)
         self._pending[key] = (d, timer)
         if hold:
             self._hold()
 
-        def done(result: Any) -> None:
+        def due() -> bool:
+            """False once timed out (or closed): a late result is dropped."""
             if self._pending.pop(key, None) is None:
-                return  # timed out already (or closed): the late result is dropped
+                return False
             timer.cancel()
-            self._answer(request, result, framing)
-            if hold:
-                self._release()
+            return True
+
+        def done(result: Any) -> None:
+            if due():
+                self._answer(request, result, framing)
+                if hold:
+                    self._release()
 
         def failed(failure: Any) -> None:
-            if self._pending.pop(key, None) is None:
+            if not due():
                 return None
-            timer.cancel()
             error = failure.value
             if isinstance(error, STMPStatusError):
                 self.respond(request, error.status, error.payload, framing)
@@ -266,34 +297,10 @@ class STMPConnection:
 
         d.addCallbacks(done, failed)
 
-    # -- holding the input while a login is pending ------------------------------------------
-
-    def _hold(self) -> None:
-        self.holding = True
-        # the peer's further bytes wait in its socket buffers, not in ours; counted, so
-        # flood control holding the same peer is not undone by our release
-        self.session.hold_reading("stmp.login")
-
-    def _release(self) -> None:
-        """The pending login was answered: handle what waited, in order, until it is all
-        handled or another login holds the input again; then read again."""
-        self.holding = False
-        held = self._held
-        while held and not self.holding and not self.closed:
-            self._handle(*held.popleft())
-        if self.holding or self.closed:
-            return
-        if self.on_release is not None:
-            self.on_release()
-        if self.holding or self.closed:
-            return
-        self.session.release_reading("stmp.login")
-
     def _notify(self, notify: Notify) -> None:
-        """A notify from the client: its route's handler runs, and nothing is answered.
-        What the client got wrong (bad payload, a refusal) is dropped quietly; a handler
-        that fails for any other reason is logged, since that is the plugin's bug."""
-        if self.session.identity is None or notify.action >> 8 == 0:
+        """Its route's handler runs, nothing is answered. What the client got wrong (bad
+        payload, a refusal) is dropped quietly; any other failure is the plugin's: logged."""
+        if self.peer.identity is None or notify.action >> 8 == 0:
             return
         route = self.router.lookup(notify.action)
         if route is None:
@@ -302,40 +309,26 @@ class STMPConnection:
             payload = decode_payload(notify.payload, notify.encoding)
         except ValueError:
             return
+        action, encoding = notify.action, notify.encoding
         request = RouteRequest(
-            self.session,
-            self.broker,
-            notify.action,
-            notify.encoding,
-            payload,
-            notify.payload,
-            notify=True,
+            self.peer, self.broker, action, encoding, payload, notify.payload, True
         )
         try:
-            result = route.handler(request)
+            result = run_handler(route, request)
         except STMPStatusError:
             return
         except Exception:
             log.failure("STMP notify handler for {action} failed", action=request.action_text)
             return
-        if inspect.iscoroutine(result):
-            result = defer.ensureDeferred(result)
-        if isinstance(result, defer.Deferred):
-            result.addErrback(self._notify_failed, request.action_text)
-
-    @staticmethod
-    def _notify_failed(failure: Any, action: str) -> None:
-        if not failure.check(STMPStatusError, defer.CancelledError):
-            log.failure("STMP notify handler for {action} failed", failure, action=action)
+        if hasattr(result, "addCallbacks"):
+            result.addErrback(_notify_failed, request.action_text)
 
     def _version_check(
         self, request: Request, framing: Framing | None, payload_frame: bool = False
     ) -> None:
-        """In text mode the version list is hex digits (DECISIONS.md). In the binary frame
-        after a text header, a list that is not hex is taken as raw bytes, as any binary
-        payload of that frame would be (**our decision**: a client following the two-frame
-        rule for encoding raw is understood); the answer is then raw in a binary frame too.
-        Elsewhere (TCP, a WebSocket binary message) the list is raw bytes."""
+        """The list is raw bytes, but hex digits in text mode; in the binary frame after a
+        text header, a list that is not hex is raw bytes (**our decision**: the two-frame
+        rule sends raw as bytes), and so is the answer then."""
         text = (framing or self.framing) == "text"
         try:
             offered = codec.decode_versions(request.payload, text=text)
@@ -347,65 +340,159 @@ class STMPConnection:
         chosen = max((v for v in offered if v in SUPPORTED_VERSIONS), default=None)
         if request.id != 0 or chosen is None:
             self.send(Response(request.id, Status.VERSION_NOT_SUPPORTED), framing)
-            self.close("version not supported")
+            self.close(CloseReason.VERSION_NOT_SUPPORTED)
             return
         self.version = chosen
         payload = codec.encode_versions([chosen], text=text)
         # text mode carries the version list as hex inside the text frame
         self.send(Response(0, Status.OK, Encoding.RAW, payload), framing, inline=text)
 
-    # -- login (called by the built-in login action) -------------------------------------------
+    # -- login ---------------------------------------------------------------------------------
 
-    def logged_in(self, encoding: int, framing: Framing | None) -> None:
-        """Deliveries from now on use ``encoding`` (JSON or msgpack) and ``framing``."""
+    def login_accepted(self, encoding: int) -> None:
+        """Called by the login action: deliveries from now on use ``encoding`` (JSON or
+        msgpack) and the framing of the login request."""
         if encoding in (Encoding.JSON, Encoding.MSGPACK):
             self.encoding = Encoding(encoding)
         # what the server sends unasked (deliveries, pings) follows the login's framing
-        self.framing = framing or self.framing
+        self.framing = self.current_framing
         self._serialize = serializer(self.framing)
-        self.session.encode = delivery_encoder(self.framing, self.encoding)
-        if self._login_timer.active():
-            self._login_timer.cancel()
-        if self.on_login is not None:
-            self.on_login()
+        self.peer.encode = delivery_encoder(self.framing, self.encoding)
+        self.logged_in()  # the login timer stops
+        if self._decoder is not None:
+            self._decoder.max_message = None  # the pre-login bound on a message is lifted
 
-    # -- timers and closing --------------------------------------------------------------------
+    def _refuse_login(
+        self, request: Request, refused: STMPStatusError, framing: Framing | None
+    ) -> None:
+        """A refused login is answered ``login-failure-delay`` late, and nothing after it
+        is handled meanwhile, so guessing is slow."""
+        delay = self.broker.config.login_failure_delay
+        if delay <= 0:
+            self.respond(request, refused.status, refused.payload, framing)
+            return
+
+        def answer() -> None:
+            self._answer(request, Reply(refused.status, refused.payload), framing)
+            self._release()
+
+        self._hold()
+        self.timers.call_later(delay, answer)
+
+    def _hold(self) -> None:
+        self.holding = True
+        # the peer's bytes wait in its socket buffers, not ours; counted, so our release
+        # does not undo flood control holding the same peer
+        self.peer.hold_reading(_LOGIN_HOLD)
+
+    def _release(self) -> None:
+        """The pending login was answered: handle what waited, in order, until it is all
+        handled or another login holds the input again; then read again."""
+        self.holding = False
+        held = self._held
+        while held and not self.holding and not self.closed:
+            self._handle(*held.popleft())
+        if self.holding or self.closed:
+            return
+        self.release_kept()
+        if self.holding or self.closed:
+            return
+        self.peer.release_reading(_LOGIN_HOLD)
+
+    def release_kept(self) -> None:
+        """Parse what waited while the input was held: the rest of the decoder's buffer and
+        what arrived meanwhile (over WebSocket, autobahn's buffer waits instead)."""
+        kept, self._kept = b"".join(self._kept), []
+        self._parse(kept)
+
+    # -- heartbeat and closing -----------------------------------------------------------------
+
+    def start_keepalive(self) -> None:
+        """Nothing at login: STMP's heartbeat runs from the open (:meth:`start_heartbeat`)."""
+
+    def start_heartbeat(self) -> None:
+        """Ping every ``--keepalive`` seconds, whatever the traffic; close once two
+        intervals pass without a byte from the client."""
+        self._interval = interval = self.broker.config.keepalive
+        now = self.timers.seconds()
+        self._last_rx = now
+        self._next_ping = now + interval
+        self.timers.call_later(interval, self._beat)
 
     def _beat(self) -> None:
-        """Ping every interval; close once two intervals pass without a byte from the
-        client (checked when that deadline falls, not only at the next ping)."""
-        now = self.clock.seconds()
-        if self.session.reading_held:
+        """Checked when the silence deadline falls, not only at the next ping."""
+        now = self.timers.seconds()
+        if self.peer.reading_held:
             self._last_rx = now  # the broker stopped reading: the silence is ours
         deadline = self._last_rx + 2 * self._interval
         if now >= deadline:
-            self._heartbeat = None
-            self.close("keepalive timeout")
+            self.close(CloseReason.KEEPALIVE_TIMEOUT)
             return
         if now >= self._next_ping:
             self.send(codec.PING)
             self._next_ping = now + self._interval
-        self._heartbeat = self.clock.callLater(min(self._next_ping, deadline) - now, self._beat)
-
-    def _login_late(self) -> None:
-        if self.session.identity is None:
-            self.close("login timeout")
-
-    def close(self, reason: str) -> None:
-        if not self.closed:
-            self.closed = True
-            self.session.close(reason)
+        self.timers.call_later(min(self._next_ping, deadline) - now, self._beat)
 
     def lost(self) -> None:
-        """The transport is gone: stop every timer, drop pending handlers (a cancelled
-        handler's errback finds nothing pending, so nothing is answered)."""
-        self.closed = True
+        """Gone (timers cancelled already): pending handlers are cancelled, unanswered."""
         self._held.clear()
-        for call in (self._heartbeat, self._login_timer):
-            if call is not None and call.active():
-                call.cancel()
         pending, self._pending = self._pending, {}
-        for d, timer in pending.values():
-            if timer.active():
-                timer.cancel()
+        for d, _timer in pending.values():
             d.cancel()
+
+
+def _notify_failed(failure: Any, action: str) -> None:
+    # (Failure.check takes a class's name too: no Twisted import for CancelledError)
+    if not failure.check(STMPStatusError, "twisted.internet.defer.CancelledError"):
+        log.failure("STMP notify handler for {action} failed", failure, action=action)
+
+
+class STMPWebSocketSession(STMPServerSession):
+    """STMP over WebSocket, one message per :meth:`message_received` (autobahn decodes the
+    frames): the text serialization in text frames, a payload-less text header pairing with
+    the binary frame after it; a binary frame on its own is one binary message without PS.
+    Replies use the form of their request; deliveries and pings that of the login request.
+
+    It opens with the TCP connection (connection limits and the login timeout cover the
+    handshake); the heartbeat starts once the WebSocket is open (:meth:`websocket_opened`).
+    While a login is pending what follows waits in autobahn's buffer: the glue stops
+    parsing while :attr:`holding`."""
+
+    encode = staticmethod(delivery_encoder("text", Encoding.JSON))
+    framing = "text"
+
+    def opened(self) -> None:
+        self.prepare()
+        self._text = codec.TextDecoder(self.max_payload)
+
+    def websocket_opened(self) -> None:
+        """The handshake is done."""
+        self.start_heartbeat()
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes alone are one binary message."""
+        self.message_received(data, True)
+
+    def message_received(self, payload: bytes, binary: bool) -> None:
+        """One WebSocket message (``binary``: a binary frame, else a text frame)."""
+        if self.closed:
+            return
+        self._last_rx = self.timers.seconds()  # a header alone is traffic too
+        decoder = self._text
+        try:
+            paired = False
+            if binary:
+                paired = decoder.waiting_for_payload
+                framing = "text" if paired else "frame"
+                message: codec.Message | None = decoder.binary_frame(payload)
+            else:
+                framing = "text"
+                message = decoder.text_frame(payload.decode("utf-8"))
+        except (RemoteProtocolError, UnicodeDecodeError) as e:
+            self._protocol_error(str(e))
+            return
+        if message is not None:  # else a header: its payload is the next (binary) frame
+            self.received(message, framing, payload_frame=paired)
+
+    def release_kept(self) -> None:
+        pass  # autobahn keeps what arrived: parsed when reading resumes

@@ -18,11 +18,16 @@ cover them: they are answered by the protocol before routing).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from attrs import define, field, frozen
+from twisted.internet import defer
 
+from msgbroker.errors import ConfigError
+
+from . import hookspecs
 from .codec import Status, action_to_str, parse_prefix
 
 if TYPE_CHECKING:
@@ -119,3 +124,30 @@ class Router:
 
     def routes(self) -> list[Route]:
         return [r for length in self._lengths for r in self._by_length[length].values()]
+
+
+def run_handler(route: Route, request: RouteRequest) -> Any:
+    """``route``'s handler on ``request``: its answer, or a Deferred of it (a coroutine runs
+    as one), so the server session (sans-IO) waits on nothing but Deferreds."""
+    result = route.handler(request)
+    if inspect.iscoroutine(result):
+        return defer.ensureDeferred(result)
+    return result
+
+
+#: where the broker keeps its router (``broker.plugins.state``)
+ROUTER_STATE = "stmp.router"
+
+
+def router_for(broker: Broker) -> Router:
+    """The broker's STMP router, built once from ``msgbroker_register_stmp_routes``."""
+    return broker.plugins.state(ROUTER_STATE, lambda: _build_router(broker))
+
+
+def _build_router(broker: Broker) -> Router:
+    router = Router()
+    try:
+        hookspecs.register_stmp_routes(broker.plugins, router)
+    except ValueError as e:
+        raise ConfigError(f"bad STMP route: {e}") from None
+    return router

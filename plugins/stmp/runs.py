@@ -79,7 +79,7 @@ def takes(connection: Any, run: RequestRun) -> bool:
     return (
         run.action == payloads.PUBLISH
         and run.encoding in payloads.STRUCTURED
-        and connection.session.identity is not None
+        and connection.peer.identity is not None
         and not connection.broker.authorizes
         and _routed_to_builtin(connection.router.lookup(payloads.PUBLISH))
     )
@@ -94,7 +94,7 @@ def publish_run(connection: Any, run: RequestRun) -> None:
     effect: consecutive publishes to one topic go out as one :class:`MessageRun` and one
     write of Ok responses; a request the fast path cannot read is flushed behind them and
     handed to the general path (which answers it as it should: 0x20 BadRequest...)."""
-    session, hub, block = connection.session, connection.broker.hub, run.block
+    session, hub, block = connection.peer, connection.broker.hub, run.block
     identity: str = session.identity
     if run.encoding == Encoding.JSON and _whole(connection, run):
         return
@@ -110,7 +110,7 @@ def publish_run(connection: Any, run: RequestRun) -> None:
             route = list(datas)
             routed = MessageRun(Kind.MCAST, identity, "stmp", topic, len(route), lambda: route)
             hub.multicast_run(session, routed)
-            session.reply(_OK_HEAD + _OK_JOIN.join(ids) + _OK_TAIL)
+            connection.reply(_OK_HEAD + _OK_JOIN.join(ids) + _OK_TAIL)
             datas.clear()
             ids.clear()
         return not connection.closed
@@ -152,7 +152,7 @@ def _whole(connection: Any, run: RequestRun) -> bool:
     if match is None or block.count(_TOPIC_OPEN) != run.count:
         return False
     cut = _CUT.split(block)
-    session = connection.session
+    session = connection.peer
     routed = MessageRun(
         Kind.MCAST,
         session.identity,
@@ -163,7 +163,7 @@ def _whole(connection: Any, run: RequestRun) -> bool:
         CanonicalPublishes(cut[2::2]),
     )
     connection.broker.hub.multicast_run(session, routed)
-    session.reply(_OK_HEAD + _OK_JOIN.join(cut[1::2]) + _OK_TAIL)
+    connection.reply(_OK_HEAD + _OK_JOIN.join(cut[1::2]) + _OK_TAIL)
     return True
 
 

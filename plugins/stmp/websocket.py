@@ -1,19 +1,20 @@
-"""STMP over WebSocket (``stmp-ws`` listeners), on autobahn.
+"""STMP over WebSocket (``stmp-ws`` listeners): the autobahn glue of
+:class:`~.protocol.STMPWebSocketSession`, run by the framework's
+:class:`~msgbroker.connection.Connection` like any other connection.
 
-Clients speak the text serialization (text frames; a binary payload as a text header plus
-one binary frame) or send binary frames (one binary-serialized message each, without PS).
-Replies use the form of the request; deliveries the form of the login request.
-
-What the broker sends is encoded straight into WebSocket frames (server frames are not
-masked, and no extension is negotiated), so a delivery is encoded once per group of
-recipients — frames included — and written to each TCP transport as is.
+autobahn does the handshake and decodes what arrives; each message goes to the session
+(``Connection.feed_to``). What the broker sends is encoded straight into WebSocket frames
+(server frames are not masked, and no extension is negotiated, see ``encoders.py``), so
+a delivery is encoded once per group of recipients — frames included — and the session's
+output writes it to the TCP transport as is.
 
 Before login, ``prelogin-max-frame`` bounds what a peer can make the broker buffer: the
 HTTP request head of the handshake (a longer one is answered ``431`` and the connection
 closed), and each WebSocket message (autobahn refuses a larger one from its frame header,
 close code 1009). The head is searched for its end only in the bytes that just arrived,
 so a head that trickles in costs linear time. The session opens with the TCP
-connection, so a connection still in its handshake counts against the connection limits.
+connection, so a connection still in its handshake counts against the connection limits
+and its login timeout runs from then.
 """
 
 from __future__ import annotations
@@ -22,81 +23,46 @@ from typing import Any
 
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.protocol import WebSocketProtocol
-from twisted.logger import Logger
 
-from msgbroker.connection import no_delay
-from msgbroker.errors import RemoteProtocolError
-from msgbroker.tls import peer_names
+from msgbroker.connection import Connection, ReadsTransport, no_delay
+from msgbroker.reasons import CloseReason
 
-from . import codec
-from .codec import Encoding
-from .encoders import delivery_encoder, register_serializer
-from .protocol import STMPConnection
+from .encoders import binary_frame, text_frames, ws_frame
+from .protocol import STMPWebSocketSession
 
-log = Logger(namespace="msgbroker.stmp")
+# the framings' serializers moved to encoders.py; importers of this module still find them
+__all__ = ["ReactorTimer", "STMPWebSocketFactory", "binary_frame", "text_frames", "ws_frame"]
 
-_TEXT, _BINARY = 0x1, 0x2
 _CONNECTING, _OPEN = WebSocketProtocol.STATE_CONNECTING, WebSocketProtocol.STATE_OPEN
 _END_OF_HEAD = b"\r\n\r\n"
 #: close code for a message over the size limit (RFC 6455 "message too big")
 _TOO_BIG = 1009
 
 
-def ws_frame(opcode: int, payload: bytes) -> bytes:
-    """One unmasked, unfragmented server frame."""
-    size = len(payload)
-    if size < 126:
-        head = bytes((0x80 | opcode, size))
-    elif size < 1 << 16:
-        head = bytes((0x80 | opcode, 126)) + size.to_bytes(2, "big")
-    else:
-        head = bytes((0x80 | opcode, 127)) + size.to_bytes(8, "big")
-    return head + payload
+# autobahn's own bases disagree on two attribute types, which mypy checks once there is a mixin
+class STMPWebSocketProtocol(ReadsTransport, WebSocketServerProtocol):  # type: ignore[misc]
+    """One WebSocket connection: autobahn's protocol, and the transport side
+    (:class:`~msgbroker.connection.TransportLink`) of its :class:`Connection`."""
 
-
-def text_frames(message: codec.Message, inline: bool | None = None) -> bytes:
-    text, follow = codec.encode_text(message, inline)
-    frames = ws_frame(_TEXT, text.encode("utf-8"))
-    if follow is not None:
-        frames += ws_frame(_BINARY, follow)
-    return frames
-
-
-def binary_frame(message: codec.Message, inline: bool | None = None) -> bytes:
-    return ws_frame(_BINARY, codec.encode_binary(message, with_ps=False))
-
-
-register_serializer("text", text_frames)
-register_serializer("frame", binary_frame)
-
-
-class STMPWebSocketProtocol(WebSocketServerProtocol):
-    """One WebSocket connection: autobahn does the handshake and framing of what arrives;
-    the STMP logic is :class:`STMPConnection`, as on TCP."""
-
-    stmp: STMPConnection | None = None
-    session: Any = None
+    connection: Connection | None = None
     #: the close code a protocol error gets (1002; 1009 for a message over the limit)
     _fail_code = 1002
     #: the request head was over the limit: the handshake is refused with 431
     _head_refused = False
+    #: autobahn's limits are the pre-login ones until the client logs in
+    _prelogin = True
 
     def connectionMade(self) -> None:
         super().connectionMade()
         factory: Any = self.factory
         broker = factory.broker
-        no_delay(self.transport)
         transport: Any = self.transport
-        peer = transport.getPeer()
+        no_delay(transport)
+        host = getattr(transport.getPeer(), "host", "") or ""
         # from the TCP connection on, not the WebSocket's open: connections in their
         # handshake count against the limits, and shutdown finds them
-        self.session = broker.open_session(
-            protocol="stmp",
-            encode=delivery_encoder("text", Encoding.JSON),
-            transport=self.transport,
-            closer=self._close,
-            host=getattr(peer, "host", "") or "",
-        )
+        self.connection = Connection(broker, STMPWebSocketSession, self, transport, host)
+        self._server: STMPWebSocketSession = self.connection.server  # type: ignore[assignment]
         self._head_limit = broker.config.prelogin_max_frame
         self._head: list[bytes] = []  # the request head so far, in chunks
         self._head_size = 0
@@ -109,7 +75,7 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
         """autobahn appends every chunk of the handshake to its buffer and searches all of
         it for the end of the head, with no bound: quadratic in the head's length. Until
         the end is here, keep the chunks and look only at the new bytes (and the 3 before)."""
-        if self.state != _CONNECTING or self.session is None:
+        if self.state != _CONNECTING or self.connection is None:
             super()._dataReceived(data)
             return
         window = self._head_tail + data
@@ -130,109 +96,78 @@ class STMPWebSocketProtocol(WebSocketServerProtocol):
 
     def _head_too_large(self) -> None:
         self._head = []
-        self._head_refused = True  # _close answers 431
-        self.session.close(f"protocol error: request head over {self._head_limit} bytes")
-
-    def onOpenHandshakeTimeout(self) -> None:
-        # the handshake is part of the time a client has to log in: say so to the broker
-        if self.state == _CONNECTING and self.session is not None:
-            self.session.close("login timeout")
-        super().onOpenHandshakeTimeout()
+        self._head_refused = True  # end() answers 431
+        self._server.close(
+            CloseReason.PROTOCOL_ERROR, f"request head over {self._head_limit} bytes"
+        )
 
     def onOpen(self) -> None:
-        factory: Any = self.factory
-        self._decoder = codec.TextDecoder(factory.max_payload)
-        self.stmp = STMPConnection(
-            factory.broker,
-            factory.router,
-            self.session,
-            "text",
-            lambda: peer_names(self.transport),
-        )
-        self.stmp.on_login = self._logged_in
-        self.stmp.on_release = self.consumeData
-
-    def _logged_in(self) -> None:
-        factory: Any = self.factory
-        self.maxFramePayloadSize = factory.maxFramePayloadSize
-        self.maxMessagePayloadSize = factory.maxMessagePayloadSize
+        self._server.websocket_opened()
 
     def processData(self) -> bool:
         # while a login is pending, what follows it waits, unparsed, in autobahn's buffer
-        # (STMPConnection pauses the transport, so the buffer does not grow)
-        stmp = self.stmp
-        if stmp is not None and stmp.holding:
+        # (the session holds the reading too, so the buffer does not grow)
+        if self._server.holding:
             return False
         return bool(super().processData())
 
     def _max_message_size_exceeded(self, msg_size: int, max_msg_size: int, reason: str) -> None:
         # autobahn fails the connection (1009) itself; through the session, so the broker
         # knows why it closed
-        stmp = self.stmp
-        if stmp is None or stmp.closed:
+        if self._server.closed:
             super()._max_message_size_exceeded(msg_size, max_msg_size, reason)
             return
         self._fail_code = _TOO_BIG
-        stmp.close(f"protocol error: message over {max_msg_size} bytes")
+        self._server.close(CloseReason.PROTOCOL_ERROR, f"message over {max_msg_size} bytes")
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        stmp = self.stmp
-        if stmp is None or stmp.closed:
-            return
-        try:
-            paired = False
-            if isBinary:
-                paired = self._decoder.waiting_for_payload
-                framing = "text" if paired else "frame"
-                message: codec.Message | None = self._decoder.binary_frame(payload)
-            else:
-                framing = "text"
-                message = self._decoder.text_frame(payload.decode("utf-8"))
-            if message is None:  # a header; its payload is the next (binary) frame
-                stmp.received(codec.PING, "text")  # still activity for the heartbeat
-                return
-        except RemoteProtocolError as e:
-            log.debug("stmp-ws {host}: protocol error: {why}", host=self.session.host, why=e)
-            stmp.close(f"protocol error: {e}")
-            return
-        stmp.received(message, framing, payload_frame=paired)
-        self.factory.broker.batcher.flush()
-
-    def _close(self, reason: str) -> None:
-        # Nothing may follow our close frame (RFC 6455): leave the hub now rather than when
-        # the closing handshake ends, so no delivery is written after it.
-        factory: Any = self.factory
-        factory.broker.session_closed(self.session, reason)
-        if self.state == _CONNECTING:
-            # no WebSocket to close yet (shutdown, a head over the limit): autobahn's drop
-            # unregisters the session from the transport itself
-            if self._head_refused:
-                self.failHandshake("Request Header Fields Too Large", 431)
-            else:
-                self.dropConnection(abort=reason in ("slow consumer", "login timeout"))
-            return
-        self.transport.unregisterProducer()  # type: ignore[union-attr]
-        if reason == "slow consumer":
-            self.transport.abortConnection()  # type: ignore[union-attr]
-        elif self.state != _OPEN:
-            pass  # a closing handshake is on its way already
-        elif reason.startswith("protocol error"):
-            # 1002 is not a code the application API may send; failing the connection is
-            # what autobahn does itself for a peer that breaks the protocol
-            self._fail_connection(self._fail_code, reason[:120])
-        else:
-            self.sendClose(1000)
+        connection = self.connection
+        assert connection is not None
+        connection.feed_to(self._server.message_received, payload, isBinary)
+        if self._prelogin and connection.session.identity is not None:
+            self._prelogin = False  # logged in: the factory's limits apply
+            factory: Any = self.factory
+            self.maxFramePayloadSize = factory.maxFramePayloadSize
+            self.maxMessagePayloadSize = factory.maxMessagePayloadSize
 
     def connectionLost(self, reason: Any = None) -> None:
         super().connectionLost(reason)
-        if self.stmp is not None:
-            self.stmp.lost()
-        if self.session is not None:
-            factory: Any = self.factory
-            factory.broker.session_closed(self.session, "closed by peer")
-            callbacks, self.session.on_lost = self.session.on_lost, []
-            for callback in callbacks:
-                callback()
+        if self.connection is not None:
+            self.connection.lost()
+
+    # -- TransportLink --------------------------------------------------------------------------
+
+    def end(self, reason: CloseReason, abort: bool) -> None:
+        # Nothing may follow our close frame (RFC 6455): leave the hub now rather than when
+        # the closing handshake ends, so no delivery is written after it.
+        connection = self.connection
+        assert connection is not None
+        session = connection.session
+        connection.broker.session_closed(session, reason)
+        if self.state == _CONNECTING:
+            # no WebSocket to close yet (shutdown, a head over the limit, the login timeout)
+            if self._head_refused:
+                self.failHandshake("Request Header Fields Too Large", 431)
+            else:
+                self.dropConnection(abort=abort or reason is CloseReason.LOGIN_TIMEOUT)
+            return
+        transport: Any = self.transport
+        transport.unregisterProducer()
+        if abort:
+            transport.abortConnection()
+        elif self.state != _OPEN:
+            pass  # a closing handshake is on its way already
+        elif reason is CloseReason.PROTOCOL_ERROR:
+            # 1002 is not a code the application API may send; failing the connection is
+            # what autobahn does itself for a peer that breaks the protocol
+            self._fail_connection(self._fail_code, (session.close_text or reason)[:120])
+        else:
+            self.sendClose(1000)
+
+    def resume_reading(self) -> None:
+        super().resume_reading()
+        if self.state == _OPEN:
+            self.consumeData()  # what waited in autobahn's buffer meanwhile
 
 
 class ReactorTimer:
@@ -259,17 +194,17 @@ class _Cancellable:
 class STMPWebSocketFactory(WebSocketServerFactory):
     protocol = STMPWebSocketProtocol
 
-    def __init__(self, broker: Any, listener: Any, router: Any) -> None:
+    def __init__(self, broker: Any, listener: Any) -> None:
         super().__init__(reactor=broker.reactor)
-        # handshake, close and ping timers on the broker's reactor, not txaio's global one
+        # close and ping timers on the broker's reactor, not txaio's global one
         self._batched_timer = ReactorTimer(broker.reactor)
         self.broker = broker
         self.listener = listener
-        self.router = router
-        self.max_payload = codec.DEFAULT_MAX_PAYLOAD
+        max_payload = STMPWebSocketSession.max_payload
         self.setProtocolOptions(
-            maxMessagePayloadSize=self.max_payload + 64,
-            openHandshakeTimeout=broker.config.login_timeout,
+            maxMessagePayloadSize=max_payload + 64,
+            # the session's login timeout covers the handshake (it runs from the TCP open)
+            openHandshakeTimeout=0,
             closeHandshakeTimeout=2,
             failByDrop=False,  # a failed connection still gets its close frame (1002)
             perMessageCompressionAccept=lambda offers: None,  # frames are pre-encoded

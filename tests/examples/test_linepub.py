@@ -149,16 +149,18 @@ def test_its_stmp_action_and_its_mm2_extension(broker):
         assert answer.payload == b"2"
 
 
-def test_its_sub_command_publishes(broker, example_venv):
+def test_its_sub_command_publishes(broker, example_venv, tmp_path):
     sub = LineClient(broker["linepub"])
     sub.say("HELLO alice token a-token")
     sub.line(), sub.line()
     sub.say("SUB news")
     assert sub.line() == "OK"
+    token = tmp_path / "bob-token"
+    token.write_text("b-token\n")
     done = subprocess.run(
         [str(example_venv), "-c", "from msgbroker.cli import main; raise SystemExit(main())",
-         "linepub", "--port", str(broker["linepub"]), "--identity", "bob", "--scheme", "token",
-         "--credential", "b-token", "pub", "news", "via the CLI"],
+         "linepub", "pub", "news", "via the CLI", "--port", str(broker["linepub"]),
+         "--id", "bob", "--scheme", "token", "--secret-file", str(token)],
         capture_output=True, text=True, timeout=30,
     )
     assert done.returncode == 0, done.stderr

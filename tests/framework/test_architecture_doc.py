@@ -26,11 +26,17 @@ def _layout() -> str:
     return block[block.index("```") + 3 : block.rindex("```")]
 
 
+def _block(layout: str, top: str) -> str:
+    """``top``'s line and the lines under it, up to the next top-level entry."""
+    part = layout[layout.index(f"\n{top}") + 1 :]
+    following = re.search(r"\n\S", part)
+    return part[: following.start()] if following else part
+
+
 def _entries(layout: str, top: str) -> dict[str, str]:
     """``top``'s entries (``name.py`` or ``name/``, two spaces in) -> their text, up to the
     next entry."""
-    part = layout[layout.index(f"\n{top}") :]
-    part = part[: re.search(r"\n\S", part[1:]).start() + 1] if re.search(r"\n\S", part[1:]) else part
+    part = "\n" + _block(layout, top)
     entries: dict[str, str] = {}
     name = None
     for line in part.splitlines()[1:]:
@@ -62,13 +68,6 @@ def test_the_layout_names_every_module_of_every_plugin_package():
             m for m in _modules(package) - {"__init__.py"} if m.removesuffix(".py") not in text
         ]
         assert not missing, f"docs/architecture.md layout: plugins/{package.name}/ lacks {missing}"
-
-
-def _block(layout: str, top: str) -> str:
-    """``top``'s line and the lines under it, up to the next top-level entry."""
-    part = layout[layout.index(f"\n{top}") + 1 :]
-    following = re.search(r"\n\S", part)
-    return part[: following.start()] if following else part
 
 
 def test_the_layout_names_every_analytics_module():

@@ -420,3 +420,25 @@ def test_redelivered_messages_go_straight_to_a_member_with_room_in_order():
     hub.close(a)
     assert group.redeliver_all(messages) == 2
     assert b.sent == [b"1", b"0", b"2"]
+
+
+def test_the_hub_gives_back_a_leaving_members_messages_to_each_group_in_order_and_counts():
+    hub = Hub()
+    pub = publisher(hub)
+    a = joined(hub, "a", window=10)
+    hub.subscribe(a, "u", queue="h")
+    b, c = joined(hub, "b", window=10), joined(hub, "c", topic="u", queue="h", window=1)
+    for i in range(4):
+        publish(hub, pub, b"t%d" % i)  # a: t0, t2; b: t1, t3
+        publish(hub, pub, b"u%d" % i, topic="u")  # c: u1 (its window of one); a: the rest
+    assert [m.payload for m, _ in a.unacked] == [b"t0", b"u0", b"t2", b"u2", b"u3"]
+    taken = list(a.unacked)
+    hub.close(a)
+    delivered = hub.stats.delivered
+    assert hub.redeliver(taken) == 2  # t0 and t2 to b; c has no room: u0, u2, u3 wait
+    assert hub.stats.delivered == delivered + 2
+    assert b.sent[-2:] == [b"t0", b"t2"]
+    for _ in range(3):
+        c.ack_all()
+        hub.ready(c)
+    assert c.sent == [b"u1", b"u0", b"u2", b"u3"]

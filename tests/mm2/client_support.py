@@ -2,7 +2,7 @@
 
 Timers and windows of the Twisted protocol are driven with a ``Clock`` and a
 ``StringTransport`` (:class:`Wire`, playing the server by hand with the codec). Everything
-on real sockets runs against :class:`FakeServer`, a small Micromessage2 server built here on
+on real sockets runs against :class:`FakeMM2Server`, a small Micromessage2 server built here on
 the codec (not the broker), in the session-wide reactor thread
 (:func:`tests.ssmp.e2e_support.reactor_thread`): it answers the handshake as configured
 (or refuses it with an ERROR frame), checks step 3 with the codec's ``check_confirm``,
@@ -23,7 +23,6 @@ stays on the fake.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,12 +30,10 @@ from typing import Any
 
 import pytest
 from attrs import evolve, frozen
-from twisted.internet.error import ConnectionDone
-from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
-from twisted.python.failure import Failure
 
+from msgbroker.clientkit.testing import FakeConnection as KitFakeConnection
+from msgbroker.clientkit.testing import FakeServer, MemoryWire
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.filters import matches_all
 from msgbroker.plugins.mm2.blocking import BlockingMM2Client
@@ -74,17 +71,18 @@ OFFERED = ("pubsub", "batch-ack")
 # -- a fake Micromessage2 server --------------------------------------------------------------
 
 
-class FakeConnection:
-    """One client connection of :class:`FakeServer` (lives in the reactor thread)."""
+class FakeConnection(KitFakeConnection):
+    """One client connection of :class:`FakeMM2Server` (lives in the reactor thread)."""
 
-    def __init__(self, server: FakeServer, proto: _FakeProtocol) -> None:
-        self.server = server
-        self.proto = proto
-        self.index = len(server.connections)
+    def __init__(self, server: FakeMM2Server, transport: Any) -> None:
+        super().__init__(server, transport)
+        self.step = 1  # the handshake step expected next (4: done)
+        self.handshake = HandshakeDecoder()
+        self.frames = FrameDecoder()
+        self.reply: Handshake | None = None
         self.hello: Handshake | None = None
         self.active = ActiveExtensions()
         self.subscriptions: dict[str, tuple[Any, ...]] = {}
-        self.closed = False
         self.seq = 0
         self.window: int | None = None
         self.oldest = 1
@@ -99,10 +97,6 @@ class FakeConnection:
     @property
     def identity(self) -> str | None:
         return None if self.hello is None else self.hello.identity
-
-    def write(self, data: bytes) -> None:
-        if not self.closed:
-            self.proto.transport.write(data)
 
     def ready(self, active: ActiveExtensions) -> None:
         self.active = active
@@ -150,66 +144,21 @@ class FakeConnection:
     def error(self, text: str) -> None:
         """Send an ERROR frame and close, as a server does."""
         self.write(encode_frame(ErrorFrame(text)))
-        self.proto.transport.loseConnection()
+        self.drop()
 
 
-class _FakeProtocol(Protocol):
-    def connectionMade(self) -> None:
-        self.server: FakeServer = self.factory.server
-        self.conn = FakeConnection(self.server, self)
-        self.server.connections.append(self.conn)
-        self.step = 1
-        self.handshake = HandshakeDecoder()
-        self.frames = FrameDecoder()
-        self.reply: Handshake | None = None
-
-    def dataReceived(self, data: bytes) -> None:
-        try:
-            self._received(data)
-        except RemoteProtocolError as e:
-            self.server.record(self.conn, ("refused", str(e)))
-            self.conn.error(str(e))
-
-    def _received(self, data: bytes) -> None:
-        while self.step in (1, 3):
-            message = self.handshake.feed(data)
-            if message is None:
-                return
-            self.server.record(self.conn, message)
-            data, self.handshake = self.handshake.trailing_data, HandshakeDecoder()
-            if isinstance(message, ErrorFrame):
-                return
-            if self.step == 1:
-                self.conn.hello = message
-                if self.server.refuse is not None:
-                    self.conn.error(self.server.refuse)
-                    return
-                self.reply = self.server.reply_to(message)
-                self.conn.write(encode_handshake(self.reply))
-                self.step = 3
-            else:
-                assert self.conn.hello is not None and self.reply is not None
-                self.conn.ready(
-                    check_confirm(self.conn.hello, self.reply, message, self.server.supported)
-                )
-                self.step = 4
-        for frame in self.frames.feed(data):
-            self.server.record(self.conn, frame)
-            self.server.frame(self.conn, frame)
-
-    def connectionLost(self, reason: Any = None) -> None:
-        self.conn.closed = True
-        self.server.record(self.conn, None)
-
-
-class FakeServer:
-    """A fake Micromessage2 server on a loopback port in ``thread``. Its step 2 is
-    ``identity``, ``required``, ``optional``, ``major``, ``minor``, or ``reply`` when a test
-    sets one; without ``optional`` it suggests what the broker does (docs/mm2.md): the
-    client's optional extensions it supports, as the client wrote them, then its own
+class FakeMM2Server(FakeServer):
+    """A fake Micromessage2 server on a loopback port in ``thread`` (on the client kit's
+    :class:`~msgbroker.clientkit.testing.FakeServer`). Its step 2 is ``identity``,
+    ``required``, ``optional``, ``major``, ``minor``, or ``reply`` when a test sets one;
+    without ``optional`` it suggests what the broker does (docs/mm2.md): the client's
+    optional extensions it supports, as the client wrote them, then its own
     (:data:`OFFERED`). ``refuse`` sends that ERROR text instead. ``supported`` is what it
     accepts in step 3. ``hold_acks`` keeps it from acknowledging what clients publish until
-    a test calls ``conn.ack()``."""
+    a test calls ``conn.ack()``. Its log holds what clients sent — a Handshake, a frame,
+    ``("refused", why)`` — and ``None`` once a connection ended."""
+
+    connection_class = FakeConnection
 
     def __init__(
         self,
@@ -224,39 +173,45 @@ class FakeServer:
         supported: frozenset[str] = SUPPORTED,
         hold_acks: bool = False,
     ) -> None:
-        self.thread = thread
+        super().__init__(thread)
         self._base = Handshake(identity, required, optional or (), major, minor)
         #: a fixed step 2 (None: suggest like the broker); tests may set one
         self.reply: Handshake | None = None if optional is None else self._base
         self.refuse = refuse
         self.supported = supported
         self.hold_acks = hold_acks
-        self.connections: list[FakeConnection] = []
-        #: (connection index, what it sent — a Handshake, a frame — or None once it ended)
-        self.log: list[tuple[int, Any]] = []
-        self._changed = threading.Condition()
-        self._port: Any = None
-        self.host = "127.0.0.1"
-        self.port = 0
 
-    def __enter__(self) -> FakeServer:
-        def listen() -> Any:
-            factory = Factory.forProtocol(_FakeProtocol)
-            factory.server = self
-            return self.thread.reactor.listenTCP(0, factory, interface="127.0.0.1")
+    def received(self, conn: FakeConnection, data: bytes) -> None:
+        try:
+            self._handshake(conn, data)
+        except RemoteProtocolError as e:
+            self.record(conn, ("refused", str(e)))
+            conn.error(str(e))
 
-        self._port = self.thread.call(listen)
-        self.port = self._port.getHost().port
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        def stop() -> Any:
-            for conn in self.connections:
-                if not conn.closed:
-                    conn.proto.transport.loseConnection()
-            return self._port.stopListening()
-
-        self.thread.call(stop)
+    def _handshake(self, conn: FakeConnection, data: bytes) -> None:
+        while conn.step in (1, 3):
+            message = conn.handshake.feed(data)
+            if message is None:
+                return
+            self.record(conn, message)
+            data, conn.handshake = conn.handshake.trailing_data, HandshakeDecoder()
+            if isinstance(message, ErrorFrame):
+                return
+            if conn.step == 1:
+                conn.hello = message
+                if self.refuse is not None:
+                    conn.error(self.refuse)
+                    return
+                conn.reply = self.reply_to(message)
+                conn.write(encode_handshake(conn.reply))
+                conn.step = 3
+            else:
+                assert conn.hello is not None and conn.reply is not None
+                conn.ready(check_confirm(conn.hello, conn.reply, message, self.supported))
+                conn.step = 4
+        for frame in conn.frames.feed(data):
+            self.record(conn, frame)
+            self.frame(conn, frame)
 
     def reply_to(self, hello: Handshake) -> Handshake:
         """Step 2 for the client's step 1."""
@@ -269,28 +224,6 @@ class FakeServer:
                 taken.add(ext.name)
                 optional.append(ext)
         return evolve(self._base, optional=tuple(optional))
-
-    def record(self, conn: FakeConnection, item: Any) -> None:
-        with self._changed:
-            self.log.append((conn.index, item))
-            self._changed.notify_all()
-
-    def wait(self, predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
-        """Wait (in the test's thread) until ``predicate()`` is true; its value."""
-        with self._changed:
-            result = self._changed.wait_for(predicate, timeout)
-        assert result, "the fake server did not see what was expected in time"
-        return result
-
-    def sent(self, kind: type, conn: int | None = None) -> list[Any]:
-        """What clients sent of type ``kind`` (frames, handshakes), in order."""
-        return [m for i, m in list(self.log) if type(m) is kind and conn in (None, i)]
-
-    def ended(self, conn: int = 0) -> bool:
-        return (conn, None) in self.log
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return self.thread.call(fn, *args)
 
     # -- routing (reactor thread) -------------------------------------------------------------
 
@@ -344,7 +277,7 @@ BROKER_LISTENERS = ("mm2=tcp:0:interface=127.0.0.1",)
 
 @frozen
 class BrokerTarget:
-    """The ``mm2`` listener of a real broker, with the attributes of :class:`FakeServer`
+    """The ``mm2`` listener of a real broker, with the attributes of :class:`FakeMM2Server`
     that the helpers and the marked tests use."""
 
     thread: ReactorThread
@@ -356,7 +289,7 @@ class BrokerTarget:
         return self.thread.call(fn, *args)
 
 
-Target = FakeServer | BrokerTarget
+Target = FakeMM2Server | BrokerTarget
 
 
 @contextmanager
@@ -373,21 +306,21 @@ def broker_target(running: RunningBroker) -> BrokerTarget:
 
 @contextmanager
 def fake_or_broker(request: pytest.FixtureRequest, thread: ReactorThread) -> Iterator[Target]:
-    """The target a ``target`` fixture's param names: a :class:`FakeServer` ("fake"), or the
+    """The target a ``target`` fixture's param names: a :class:`FakeMM2Server` ("fake"), or the
     test's ``broker`` fixture ("broker"), which is only requested then."""
     if request.param == "fake":
-        with FakeServer(thread) as running:
+        with FakeMM2Server(thread) as running:
             yield running
     else:
         yield broker_target(request.getfixturevalue("broker"))
 
 
 def broker_connection(target: BrokerTarget, identity: str) -> Any:
-    """The broker's :class:`MM2ServerProtocol` of the client logged in as ``identity`` (in
+    """The broker's :class:`MM2ServerSession` of the client logged in as ``identity`` (in
     the reactor thread: read it there, through ``target.call``)."""
     session = target.running.service.broker.hub.lookup(identity)
     assert session is not None, f"nobody is logged in as {identity!r}"
-    return session.closer.__self__  # the protocol's close_connection
+    return session.link.server  # the connection adapter's server session
 
 
 #: what :func:`settle` sends itself (valid JSON, so it also goes with ``json`` active)
@@ -417,17 +350,16 @@ def blocking_client(server: Target, **options: Any) -> BlockingMM2Client:
 # -- Twisted, on a Clock and a StringTransport ----------------------------------------------------
 
 
-class Wire:
+class Wire(MemoryWire):
     """An :class:`MM2ClientProtocol` on a StringTransport and a Clock; the test plays the
     server with the codec."""
 
     def __init__(self, **options: Any) -> None:
         options.setdefault("identity", "alice")
-        self.clock = Clock()
-        self.proto = MM2ClientProtocol(clock=self.clock, **options)
-        self.transport = StringTransport()
+        clock = Clock()
         self._frames = FrameDecoder()
-        self.proto.makeConnection(self.transport)
+        super().__init__(MM2ClientProtocol(clock=clock, **options), clock, self._frames.feed,
+                         encode_frame)  # fmt: skip
         self.hello = self.read_handshake()
         self.confirm: Handshake | None = None
 
@@ -445,29 +377,3 @@ class Wire:
         self.proto.dataReceived(encode_handshake(reply))
         self.confirm = self.read_handshake()
         return self.confirm
-
-    def sent(self) -> list[Any]:
-        """The frames the client wrote since the last call."""
-        data = self.transport.value()
-        self.transport.clear()
-        return list(self._frames.feed(data))
-
-    def feed(self, *frames: Any) -> None:
-        self.proto.dataReceived(b"".join(encode_frame(f) for f in frames))
-
-    def lose(self) -> None:
-        self.proto.connectionLost(Failure(ConnectionDone("gone")))
-
-    @property
-    def closed(self) -> bool:
-        return bool(self.transport.disconnecting)
-
-
-def result(d: Any) -> Any:
-    """The result of a Deferred that has fired (raising its failure)."""
-    box: list[Any] = []
-    d.addBoth(box.append)
-    assert box, "the Deferred has not fired"
-    if isinstance(box[0], Failure):
-        box[0].raiseException()
-    return box[0]

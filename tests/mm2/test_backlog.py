@@ -11,7 +11,7 @@ from msgbroker import BrokerConfig
 from msgbroker.plugins.mm2 import codec
 from msgbroker.plugins.mm2.blocking import BlockingMM2Client
 from msgbroker.plugins.mm2.codec import ExtensionFrame, MessageFrame
-from msgbroker.plugins.mm2.protocol import HELD_OVERHEAD
+from msgbroker.plugins.mm2.window import HELD_OVERHEAD
 from msgbroker.queues import MESSAGE_OVERHEAD
 from msgbroker.testing import make_broker
 from tests.mm2.test_protocol import client
@@ -46,7 +46,7 @@ def test_a_never_acking_member_holds_its_window_and_the_group_at_most_its_bound(
     assert group.backlog_bytes == kept * ONE
     assert broker.hub.stats.dropped == 100 - 1 - kept  # the oldest went, counted
     assert member.received() == [MessageFrame(1, "jobs", PAYLOAD)]  # its window of one
-    assert member.conn.protocol._held_bytes == 0  # the connection itself holds none
+    assert member.conn.session.output.measure() == 0  # the connection itself holds none
     ack(member, 1)  # it takes the oldest still kept: message 100 - kept + 1
     assert member.received() == [MessageFrame(2, "jobs", PAYLOAD)]
     assert group.backlog_bytes == (kept - 1) * ONE

@@ -1,4 +1,4 @@
-"""Both Micromessage2 clients on real loopback sockets, against :class:`FakeServer` (in the
+"""Both Micromessage2 clients on real loopback sockets, against :class:`FakeMM2Server` (in the
 session-wide reactor thread), and in the ``# real broker:`` tests against a real broker too
 (the ``target`` fixture): routing through topics, filters and unicasts, json, dotnet,
 fragments over 1 MiB, acks both ways, the blocking publish behind the window (with a fake
@@ -20,7 +20,7 @@ from msgbroker.plugins.mm2.client import (
 )
 from msgbroker.plugins.mm2.codec import ErrorFrame, ExtensionFrame, Handshake, MessageFrame
 from tests.mm2.client_support import (
-    FakeServer,
+    FakeMM2Server,
     Target,
     blocking_client,
     broker_connection,
@@ -33,8 +33,8 @@ from tests.ssmp.e2e_support import WAIT, RunningBroker, reactor_thread
 
 
 @pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer(reactor_thread()) as running:
+def server() -> Iterator[FakeMM2Server]:
+    with FakeMM2Server(reactor_thread()) as running:
         yield running
 
 
@@ -115,8 +115,8 @@ def test_a_payload_over_one_mib_arrives_whole(target):
         settle(bob)
         al.publish("big", payload)
         assert bob.next_message(WAIT).payload == payload
-        if isinstance(target, FakeServer):
-            assert len(target.sent(MessageFrame, conn=1)) == 2  # two fragments
+        if isinstance(target, FakeMM2Server):
+            assert len(target.logged(MessageFrame, conn=1)) == 2  # two fragments
 
 
 # real broker: the Twisted client subscribes, receives and acknowledges within the window
@@ -126,7 +126,7 @@ def test_twisted_client_receives_and_acks_within_the_window(target):
     target.call(proto.subscribe, "news")
     target.call(proto.unicast, "tw", b"settle")  # a round trip: the subscription holds
     assert got.get(timeout=WAIT).payload == b"settle"
-    if isinstance(target, FakeServer):
+    if isinstance(target, FakeMM2Server):
         assert target.wait(lambda: target.connections[0].window) == 10
     else:
         assert target.call(lambda: broker_connection(target, "tw").window) == 10
@@ -135,13 +135,15 @@ def test_twisted_client_receives_and_acks_within_the_window(target):
             al.publish("news", str(i).encode())
         payloads = [got.get(timeout=WAIT).payload for _ in range(25)]  # past the window
         assert payloads == [str(i).encode() for i in range(25)]
-    if isinstance(target, FakeServer):
+    if isinstance(target, FakeMM2Server):
         target.wait(lambda: target.connections[0].outstanding == 0)  # all acknowledged
     else:
         # another round trip: the ack up to 26 (the last message) was written before it
         target.call(proto.unicast, "tw", b"again")
         assert got.get(timeout=WAIT).payload == b"again"
-        unacked = target.call(lambda: [seq for seq, _ in broker_connection(target, "tw").unacked])
+        unacked = target.call(
+            lambda: [seq for seq, _ in broker_connection(target, "tw").output.unacked]
+        )
         assert unacked in ([], [27])  # at most the round trip's own message
     target.call(proto.close)
 
@@ -158,10 +160,10 @@ def test_twisted_publish_waits_for_the_servers_acks(server):
 
     assert server.call(publish_two) == 1  # the window of one holds the second back
     assert written.get(timeout=WAIT) == 1
-    server.wait(lambda: server.sent(MessageFrame))
+    server.wait(lambda: server.logged(MessageFrame))
     server.call(server.connections[0].ack)
     assert written.get(timeout=WAIT) == 2
-    server.wait(lambda: len(server.sent(MessageFrame)) == 2)
+    server.wait(lambda: len(server.logged(MessageFrame)) == 2)
     server.call(proto.close)
 
 
@@ -169,8 +171,8 @@ def test_twisted_connect_fails_on_a_refused_handshake(server):
     server.reply = Handshake("fake", ("pubsub", "x-secret"), ())
     with pytest.raises(MM2HandshakeRefused, match="x-secret"):
         twisted_client(server, identity="tw")
-    server.wait(lambda: server.sent(ErrorFrame) and server.ended(0))
-    assert server.sent(ErrorFrame) == [ErrorFrame("unsupported extensions: x-secret")]
+    server.wait(lambda: server.logged(ErrorFrame) and server.ended(0))
+    assert server.logged(ErrorFrame) == [ErrorFrame("unsupported extensions: x-secret")]
 
 
 def test_blocking_acks_what_it_hands_out_cumulatively(server):
@@ -184,7 +186,7 @@ def test_blocking_acks_what_it_hands_out_cumulatively(server):
             al.publish("news", b"%d" % i)
         assert [bob.next_message(WAIT).payload for _ in range(30)] == [b"%d" % i for i in range(30)]
         server.wait(lambda: server.connections[0].outstanding == 0)
-        acks = server.sent(ExtensionFrame, conn=0)
+        acks = server.logged(ExtensionFrame, conn=0)
         assert 3 <= len(acks) <= 30  # at least once per window of 10, at most once a message
 
 
@@ -212,10 +214,10 @@ def test_blocking_publish_blocks_on_a_full_window_and_times_out_on_the_clock(ser
         with pytest.raises(MM2Timeout, match="no room in the ack window within 5 s"):
             al.publish("t", b"3", timeout=5)
         clock.step = 0.0
-        server.wait(lambda: len(server.sent(MessageFrame)) == 2)
+        server.wait(lambda: len(server.logged(MessageFrame)) == 2)
         server.call(server.connections[0].ack, 1)
         assert al.publish("t", b"3", timeout=WAIT) == 3  # the ack made room
-        server.wait(lambda: len(server.sent(MessageFrame)) == 3)  # else ack() covers only 2
+        server.wait(lambda: len(server.logged(MessageFrame)) == 3)  # else ack() covers only 2
         server.call(server.connections[0].ack)
         assert al.wait_acked(WAIT)
 
@@ -225,7 +227,7 @@ def test_blocking_handshake_refusal_raises_with_the_servers_list(server):
     with pytest.raises(MM2HandshakeRefused, match="requires pubsub;xml") as info:
         blocking_client(server, identity="al")
     assert info.value.unsupported == ("xml",)
-    server.wait(lambda: server.sent(ErrorFrame))
+    server.wait(lambda: server.logged(ErrorFrame))
 
 
 def test_blocking_error_frame_instead_of_step_2(server):
@@ -248,8 +250,8 @@ def test_vendor_extensions_are_negotiated_when_supported(server):
     server.supported = server.supported | {"x-trace", "x-zip"}
     with blocking_client(server, identity="al", optional=("x-zip",), supported=("x-trace",)) as al:
         assert al.active.names == ("pubsub", "x-trace", "x-zip")
-        confirm = server.wait(lambda: server.sent(Handshake)[1:])
+        confirm = server.wait(lambda: server.logged(Handshake)[1:])
         assert [e.name for e in confirm[0].optional] == ["x-zip"]
         al.send_extension("x-trace", b"on")
-        frame = server.wait(lambda: server.sent(ExtensionFrame))
+        frame = server.wait(lambda: server.logged(ExtensionFrame))
         assert frame == [ExtensionFrame(2, b"on")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from twisted.internet import defer
 
+from msgbroker.clientkit.testing import result
 from msgbroker.plugins.mm2.client import (
     MM2ConnectionClosed,
     MM2HandshakeRefused,
@@ -24,7 +25,7 @@ from msgbroker.plugins.mm2.codec import (
     ack_frame,
     encode_handshake,
 )
-from tests.mm2.client_support import Wire, result
+from tests.mm2.client_support import Wire
 
 
 def server(window=2):

@@ -1,6 +1,7 @@
 """Micromessage2 has no heartbeat, so the broker finds dead peers with TCP keepalive: the
 socket of every Micromessage2 connection, plain or under TLS, gets SO_KEEPALIVE and probe
-timings derived from ``keepalive`` (read back with getsockopt on real connections)."""
+timings derived from ``keepalive`` (read back with getsockopt on real connections; the
+timings themselves: tests/framework/test_tcpkeepalive.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import socket
 import ssl
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from msgbroker import BrokerConfig
-from msgbroker.plugins.mm2.keepalive import PROBES, keepalive_probes, tcp_socket
+from msgbroker.tcpkeepalive import tcp_socket
 from msgbroker.testing import connect, make_broker
 from tests.certs import make_pki
 from tests.ssmp.e2e_support import WAIT, parse_address, running_broker
@@ -21,24 +20,6 @@ pytestmark = pytest.mark.skipif(
     not all(hasattr(socket, name) for name in ("TCP_KEEPIDLE", "TCP_KEEPINTVL", "TCP_KEEPCNT")),
     reason="the TCP keepalive timings are Linux socket options",
 )
-
-
-@given(st.floats(0.001, 1e6))
-def test_a_dead_peer_is_given_up_on_about_keepalive_after_the_first_probe(interval):
-    idle, every, count = keepalive_probes(interval)
-    assert count == PROBES
-    if interval <= 32767:
-        assert idle == max(1, -(-interval // 1))  # the first probe after keepalive s (rounded up)
-        # the other protocols close a silent peer keepalive s after their ping; the
-        # probes take as long, never less, at most a few whole seconds more
-        assert max(interval, 1) <= every * count < max(interval, 1) + count
-    else:  # Linux takes at most 32767 s for either
-        assert idle == 32767
-        assert every <= 32767
-
-
-def test_the_default_keepalive_gives_30_10_3():
-    assert keepalive_probes(30.0) == (30, 10, 3)
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +46,10 @@ def server_socket_options(running, client_port):
     def read():
         for session in broker.sessions:
             # found without the code under test: TCP's handle, or TLS's transport's
-            sock = session.transport.getHandle()
+            transport = session.link.transport_link.transport
+            sock = transport.getHandle()
             if not isinstance(sock, socket.socket):
-                sock = session.transport.transport.getHandle()
+                sock = transport.transport.getHandle()
             if sock.getpeername()[1] == client_port:
                 return (
                     sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),

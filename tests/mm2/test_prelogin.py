@@ -158,7 +158,7 @@ def test_a_hello_one_byte_over_gets_an_error_frame_and_close_when_its_length_arr
     (error,) = codec.FrameDecoder().feed(conn.received())
     assert error == ErrorFrame(f"handshake of {LIMIT + 1} bytes or more (at most {LIMIT})")
     assert conn.closed
-    assert conn.session.close_reason.startswith("protocol error: handshake of")
+    assert conn.session.close_text.startswith("protocol error: handshake of")
 
 
 def test_the_confirmation_is_bounded_as_the_hello_is(broker):

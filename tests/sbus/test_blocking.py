@@ -18,8 +18,8 @@ from msgbroker.plugins.sbus.client import (
 )
 from msgbroker.plugins.sbus.plugin import default_path
 from tests.sbus.server_support import Bus, running_bus
-from tests.sbus.test_client import FakeServer
-from tests.ssmp.e2e_support import WAIT
+from tests.sbus.test_client import FakeSbusServer
+from tests.ssmp.e2e_support import WAIT, reactor_thread
 
 
 @pytest.fixture(scope="module")
@@ -169,13 +169,10 @@ def test_default_address_is_sbus_address_then_the_broker_default(bus, monkeypatc
 
 
 def test_malformed_server_packet_raises_and_closes():
-    server = FakeServer(b"CMSG hello\0there", b"SUB not-from-a-server")
-    try:
+    with FakeSbusServer(reactor_thread(), b"CMSG hello\0there", b"SUB not-from-a-server") as server:
         c = BlockingSbusClient(server.path)
         assert c.receive(timeout=WAIT) == ControlMessage(b"hello", b"there")
         with pytest.raises(SbusConnectionClosed, match="protocol error"):
             c.receive(timeout=WAIT)
         assert c.closed
-        assert server.ended.wait(WAIT)
-    finally:
-        server.close()
+        assert server.wait(lambda: server.ended(0))

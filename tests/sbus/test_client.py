@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-import threading
 from collections.abc import Iterator
 
 import pytest
 from twisted.internet import defer
 
+from msgbroker.clientkit.testing import FakeServer
 from msgbroker.plugins.sbus.client import (
     ControlMessage,
     Publish,
@@ -21,7 +21,7 @@ from msgbroker.plugins.sbus.client import (
     connect,
 )
 from tests.sbus.server_support import Bus, running_bus
-from tests.ssmp.e2e_support import WAIT, Inbox
+from tests.ssmp.e2e_support import Inbox
 
 
 @pytest.fixture(scope="module")
@@ -275,45 +275,24 @@ def test_connecting_to_a_socket_nobody_accepts_on_is_refused(bus):
 # -- a broker that breaks the protocol: a fake server on a real seqpacket socket -------------
 
 
-class FakeServer:
-    """Accepts one client and sends it ``packets``; :attr:`ended` is set once the client
-    closed the connection."""
+class FakeSbusServer(FakeServer):
+    """A broker that breaks the protocol: the client kit's fake server on a real unix
+    seqpacket socket, sending each client ``packets`` as it connects."""
 
-    def __init__(self, *packets: bytes) -> None:
-        self.directory = tempfile.mkdtemp(prefix="sb", dir="/tmp")
-        self.path = os.path.join(self.directory, "fake")
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.listener.bind(self.path)
-        self.listener.listen(1)
+    def __init__(self, thread, *packets: bytes) -> None:
+        super().__init__(thread, seqpacket=True)
         self.packets = packets
-        self.ended = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
 
-    def _serve(self) -> None:
-        conn, _ = self.listener.accept()
-        with conn:
-            for packet in self.packets:
-                conn.send(packet)
-            conn.settimeout(WAIT)
-            try:
-                while conn.recv(65536):
-                    pass
-            except OSError:
-                return
-            self.ended.set()
-
-    def close(self) -> None:
-        self.listener.close()
-        os.unlink(self.path)
-        os.rmdir(self.directory)
+    def connected(self, conn) -> None:
+        for packet in self.packets:
+            conn.write(packet)
 
 
 @pytest.mark.parametrize(
     "bad", [b"SUB a", b"UNSUB a", b"MSG no-nul", b"HELLO x", b"x" * 300], ids=repr
 )
 def test_malformed_server_packet_closes_the_connection(bus, bad):
-    server = FakeServer(bad)
-    try:
+    with FakeSbusServer(bus.broker.thread, bad) as server:
         inbox = Inbox()
         client = bus.broker.call(
             connect, bus.broker.reactor, server.path, on_message=inbox, max_packet=256
@@ -321,15 +300,13 @@ def test_malformed_server_packet_closes_the_connection(bus, bad):
         reason = bus.broker.call(client.when_closed)
         assert isinstance(reason, SbusConnectionClosed)
         assert "protocol error" in str(reason)
-        assert server.ended.wait(WAIT)
+        assert server.wait(lambda: server.ended(0))
         assert inbox.items == []
-    finally:
-        server.close()
 
 
 def test_server_control_messages_go_to_on_control(bus):
-    server = FakeServer(b"CMSG notice\0payload", b"CMSG !/cred/whoami\0!/cred/1/2/3", b"MSG k\0v")
-    try:
+    packets = (b"CMSG notice\0payload", b"CMSG !/cred/whoami\0!/cred/1/2/3", b"MSG k\0v")
+    with FakeSbusServer(bus.broker.thread, *packets) as server:
         controls, messages = Inbox(), Inbox()
         client = bus.broker.call(
             connect, bus.broker.reactor, server.path, on_message=messages, on_control=controls
@@ -341,9 +318,7 @@ def test_server_control_messages_go_to_on_control(bus):
             ControlMessage(b"!/cred/whoami", b"!/cred/1/2/3"),
         ]
         bus.broker.call(client.close)
-        assert server.ended.wait(WAIT)
-    finally:
-        server.close()
+        assert server.wait(lambda: server.ended(0))
 
 
 @pytest.fixture

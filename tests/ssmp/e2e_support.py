@@ -28,50 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from attrs import frozen
-from twisted.internet import defer
-from twisted.python.failure import Failure
 
 from msgbroker import BrokerConfig, Listener
+
+# the client kit's; tests everywhere import them from here
+from msgbroker.clientkit.testing import WAIT, Inbox, ReactorThread  # noqa: F401
 from msgbroker.service import BrokerService
-
-#: how long a test waits for anything the broker or a client should do promptly
-WAIT = 10.0
-
-
-class ReactorThread:
-    """A private reactor running in a daemon thread."""
-
-    def __init__(self) -> None:
-        from twisted.internet.selectreactor import SelectReactor
-
-        # a SelectReactor instance that is never installed as the global reactor
-        self.reactor: Any = SelectReactor()
-        self._thread = threading.Thread(
-            target=self.reactor.run,
-            kwargs={"installSignalHandlers": False},
-            name="e2e-reactor",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def call(self, fn: Callable[..., Any], *args: Any, timeout: float = WAIT, **kwargs: Any) -> Any:
-        """Run ``fn(*args, **kwargs)`` in the reactor thread; return its (Deferred's) result or
-        raise its exception. Raises ``TimeoutError`` if it takes longer than ``timeout``."""
-        results: queue.Queue[Any] = queue.Queue()
-
-        def run() -> None:
-            defer.maybeDeferred(fn, *args, **kwargs).addBoth(results.put)
-
-        self.reactor.callFromThread(run)
-        try:
-            result = results.get(timeout=timeout)
-        except queue.Empty:
-            name = getattr(fn, "__name__", fn)
-            raise TimeoutError(f"{name} took more than {timeout} s") from None
-        if isinstance(result, Failure):
-            result.raiseException()
-        return result
-
 
 _shared: ReactorThread | None = None
 _shared_lock = threading.Lock()
@@ -244,72 +206,3 @@ def stop_process(process: subprocess.Popen[Any], sig: int) -> int:
             process.kill()
             process.wait()
     return process.returncode
-
-
-# -- helpers for clients ------------------------------------------------------------------------
-
-
-class Inbox:
-    """A callable that collects what it is called with; :meth:`get` is a Deferred of the
-    next item (use it in the reactor thread, e.g. as ``on_message=inbox``)."""
-
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-        self._waiters: list[defer.Deferred[Any]] = []
-        self._next = 0
-
-    def __call__(self, item: Any) -> None:
-        self.items.append(item)
-        if self._waiters:
-            self._next += 1
-            self._waiters.pop(0).callback(item)
-
-    def get(self) -> defer.Deferred[Any]:
-        if self._next < len(self.items):
-            item = self.items[self._next]
-            self._next += 1
-            return defer.succeed(item)
-        d: defer.Deferred[Any] = defer.Deferred()
-        self._waiters.append(d)
-        return d
-
-
-class ScriptedServer:
-    """A fake SSMP server on a real loopback socket, in a thread: it accepts one connection,
-    answers its first line (the LOGIN) with ``200`` followed by ``script``, then records what
-    the client sends until the client closes (:attr:`closed` is set)."""
-
-    def __init__(self, script: bytes = b"") -> None:
-        import socket
-
-        self.script = script
-        self.received = b""
-        self.closed = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.host, self.port = self._listener.getsockname()[:2]
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        conn, _ = self._listener.accept()
-        self._listener.close()
-        with conn:
-            answered = False
-            while True:
-                try:
-                    data = conn.recv(65536)
-                except OSError:
-                    break
-                if not data:
-                    break
-                self.received += data
-                if not answered and b"\n" in self.received:
-                    answered = True
-                    conn.sendall(b"200\n" + self.script)
-        self.closed.set()
-
-    def wait_closed(self, timeout: float = WAIT) -> bytes:
-        """Wait until the client closed the connection; what it sent."""
-        if not self.closed.wait(timeout):
-            raise AssertionError(f"the client did not close within {timeout} s")
-        return self.received

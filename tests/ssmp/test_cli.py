@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from msgbroker.cli import main
-from msgbroker.plugins.ssmp.cli import render_payload
+from msgbroker.clientkit.cli import render_payload
 from msgbroker.plugins.ssmp.client import BlockingSSMPClient, Presence
 from tests.ssmp.e2e_support import LineReader, running_broker, stop_process, twistd_broker
 

@@ -9,8 +9,8 @@ import time
 import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
 
+from msgbroker.clientkit.testing import WAIT, FakeServer, MemoryWire
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.ssmp.client import (
     BlockingSSMPClient,
@@ -21,7 +21,33 @@ from msgbroker.plugins.ssmp.client import (
     SSMPError,
     connect,
 )
-from tests.ssmp.e2e_support import Inbox, ScriptedServer, running_broker
+from tests.ssmp.e2e_support import Inbox, reactor_thread, running_broker
+
+
+class ScriptedServer(FakeServer):
+    """A fake SSMP server on a loopback port: it accepts one connection, answers its first
+    line (the LOGIN) with ``200`` followed by ``script``, then records what the client sends
+    until the client closes."""
+
+    def __init__(self, script: bytes = b"") -> None:
+        super().__init__(reactor_thread())
+        self.script = script
+        self.sent_to_it = b""
+        self.start()
+
+    def connected(self, conn):
+        self.stop_listening()
+
+    def received(self, conn, data):
+        answered = b"\n" in self.sent_to_it
+        self.sent_to_it += data
+        if not answered and b"\n" in self.sent_to_it:
+            conn.write(b"200\n" + self.script)
+
+    def wait_closed(self, timeout: float = WAIT) -> bytes:
+        """Wait until the client closed the connection; what it sent."""
+        self.wait(lambda: self.ended(0), timeout)
+        return self.sent_to_it
 
 
 @pytest.fixture
@@ -182,14 +208,14 @@ def test_twisted_keepalive_ping_after_idle_then_pong_keeps_the_connection(broker
         """Advance the clock; when the client last pinged (read in the reactor thread, before
         a PONG can arrive)."""
         clock.advance(seconds)
-        return alice._pinged_at
+        return alice.session.pinged_at
 
     assert broker.call(advance, 29.9) is None  # not idle long enough yet
     assert broker.call(advance, 0.1) == 30.0  # PING sent
     broker.call(pongs.get)  # the broker's PONG arrived
-    assert alice._pinged_at is None
+    assert alice.session.pinged_at is None
     assert broker.call(advance, 30) == 60.0  # idle again: a new PING, no close
-    assert not alice._lost
+    assert not alice.closed
     broker.call(pongs.get)
     assert broker.call(alice.ping) is None
 
@@ -199,10 +225,8 @@ def test_twisted_keepalive_ping_after_idle_then_pong_keeps_the_connection(broker
 
 def memory_client(**options):
     clock = Clock()
-    proto = SSMPClientProtocol(clock=clock, **options)
-    transport = StringTransport()
-    proto.makeConnection(transport)
-    return proto, transport, clock
+    wire = MemoryWire(SSMPClientProtocol(clock=clock, **options), clock)
+    return wire.proto, wire.transport, clock
 
 
 def test_keepalive_closes_when_no_pong_follows_the_ping():
@@ -376,7 +400,7 @@ def test_blocking_keepalive_pong_keeps_the_connection(broker):
     with BlockingSSMPClient(broker.host, broker.port, "alice", keepalive=0.1) as alice:
         # five keepalive intervals: it pinged and got its PONGs (else it would have closed)
         assert alice.next_event(timeout=0.5) is None
-        assert alice._pongs_sent >= 2
+        assert alice.pings_sent >= 2
         alice.ping()
 
 

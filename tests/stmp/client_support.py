@@ -3,10 +3,11 @@ uses the fake server).
 
 Timers (request timeouts, heartbeat) and misbehaving servers are driven with a ``Clock`` and
 a ``StringTransport`` (:class:`Wire`). Everything that needs real sockets runs against
-:class:`FakeServer`, a small STMP server built here on the codec (not the broker): it answers
-the version check (or refuses it), logs in anybody, routes publish/unicast/broadcast between
-its own connections like the broker's built-in actions (a broadcast reaches the peers sharing
-a topic with the sender, as docs/stmp.md says), and has test actions that echo, reply late,
+:class:`FakeSTMPServer`, a small STMP server built here on the codec and the client kit's
+:class:`~msgbroker.clientkit.testing.FakeServer` (not the broker): it answers the version
+check (or refuses it), logs in anybody, routes publish/unicast/broadcast between its own
+connections like the broker's built-in actions (a broadcast reaches the peers sharing a
+topic with the sender, as docs/stmp.md says), and has test actions that echo, reply late,
 never reply, notify back or answer a chosen status.
 
 Tests marked ``# real broker:`` exercise behaviour the broker implements too: they take the
@@ -21,22 +22,17 @@ the helpers they are built on (:func:`fake_or_broker`, :func:`stmp_broker`) are 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from attrs import frozen
-from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from twisted.internet import defer
-from twisted.internet.error import ConnectionDone
-from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import Clock, LoopingCall
-from twisted.internet.testing import StringTransport
-from twisted.protocols.tls import TLSMemoryBIOFactory
-from twisted.python.failure import Failure
 
+from msgbroker.clientkit.testing import FakeConnection as KitFakeConnection
+from msgbroker.clientkit.testing import FakeServer, MemoryWire
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.stmp import payloads
 from msgbroker.plugins.stmp.client import BlockingSTMPClient, STMPClientProtocol, connect
@@ -56,9 +52,7 @@ from msgbroker.plugins.stmp.codec import (
     encode_versions,
     parse_action,
 )
-from msgbroker.plugins.stmp.websocket import ReactorTimer
 from tests.ssmp.e2e_support import (
-    WAIT,
     ReactorThread,
     RunningBroker,
     parse_address,
@@ -76,114 +70,46 @@ STATUS = parse_action("1.0.0.5")  # {"status": n}: reply n with {"why": "asked"}
 # -- a fake STMP server ------------------------------------------------------------------------
 
 
-class FakeConnection:
-    """One client connection of :class:`FakeServer` (lives in the reactor thread)."""
+class FakeConnection(KitFakeConnection):
+    """One client connection of :class:`FakeSTMPServer` (lives in the reactor thread)."""
 
-    def __init__(self, server: FakeServer, write: Callable[..., None], drop: Callable[[], None],
-                 text: bool) -> None:  # fmt: skip
-        self.server = server
-        self.index = len(server.connections)
-        self.write = write
-        self.drop = drop
-        self.text = text
+    def __init__(self, server: FakeSTMPServer, transport: Any) -> None:
+        super().__init__(server, transport)
+        self.text = server.ws
+        self.decoder: Any = TextDecoder() if server.ws else BinaryDecoder()
         self.binary_frames = False
         self.identity: str | None = None
         self.encoding = JSON
         self.topics: set[str] = set()
-        self.closed = False
         self.pinger: LoopingCall | None = None
 
     def send(self, message: Message, inline: bool | None = None) -> None:
-        if not self.closed:
-            self.write(message, inline)
-
-    def received(self, message: Message) -> None:
-        self.server.record(self, message)
-        if type(message) is Request:
-            handler = self.server.behaviour.get(message.action, FakeServer.not_found)
-            handler(self.server, self, message)
+        if not self.text:
+            self.write(encode_binary(message))
+        elif self.binary_frames:
+            self.write((True, encode_binary(message, with_ps=False)))
+        else:
+            text, followup = encode_text(message, inline)
+            self.write((False, text.encode()))
+            if followup is not None:
+                self.write((True, followup))
 
     def deliver(self, sender: str, kind: str, topic: str | None, data: bytes | None) -> None:
         fields = payloads.delivery_fields(sender, kind, topic, data, self.encoding)
         payload = payloads.encode_payload(fields, self.encoding)
         self.send(Notify(payloads.DELIVERY, self.encoding, payload))
 
-    def lost(self) -> None:
-        self.closed = True
-        if self.pinger is not None and self.pinger.running:
-            self.pinger.stop()
-        self.server.record(self, None)
 
-
-class _FakeTCP(Protocol):
-    def connectionMade(self) -> None:
-        self.decoder = BinaryDecoder()
-        self.conn = self.factory.server.connect(self._write, self._drop, text=False)
-
-    def _write(self, message: Message, inline: bool | None) -> None:
-        self.transport.write(encode_binary(message))
-
-    def _drop(self) -> None:
-        self.transport.loseConnection()
-
-    def dataReceived(self, data: bytes) -> None:
-        self.factory.server.raw.append(data)
-        try:
-            for message in self.decoder.feed(data):
-                self.conn.received(message)
-        except RemoteProtocolError:
-            self.transport.abortConnection()
-
-    def connectionLost(self, reason: Any = None) -> None:
-        self.conn.lost()
-
-
-class _FakeWS(WebSocketServerProtocol):
-    def onOpen(self) -> None:
-        self.decoder = TextDecoder()
-        self.conn = self.factory.server.connect(self._write, self._drop, text=True)
-
-    def _write(self, message: Message, inline: bool | None) -> None:
-        if self.conn.binary_frames:
-            self.sendMessage(encode_binary(message, with_ps=False), isBinary=True)
-            return
-        text, followup = encode_text(message, inline)
-        self.sendMessage(text.encode(), isBinary=False)
-        if followup is not None:
-            self.sendMessage(followup, isBinary=True)
-
-    def _drop(self) -> None:
-        self.sendClose(1000)
-
-    def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        self.factory.server.frames.append((isBinary, payload))
-        try:
-            if isBinary:
-                if not self.decoder.waiting_for_payload:
-                    self.conn.binary_frames = True
-                message = self.decoder.binary_frame(payload)
-            else:
-                message = self.decoder.text_frame(payload.decode())
-        except RemoteProtocolError:
-            self.dropConnection(abort=True)
-            return
-        if message is not None:
-            self.conn.received(message)
-
-    def connectionLost(self, reason: Any = None) -> None:
-        super().connectionLost(reason)
-        conn = getattr(self, "conn", None)
-        if conn is not None:
-            conn.lost()
-
-
-class FakeServer:
+class FakeSTMPServer(FakeServer):
     """A fake STMP server on a loopback port in the shared reactor thread: TCP (binary) or
     WebSocket (``ws``: text frames, or binary frames when the client sends those), plain or
     TLS (``tls``: a server context). ``versions`` are the versions it accepts; the reply to
     the version check goes inline in text mode unless ``version_inline=False`` (then as the
     two-frame form, like the broker). ``ping_every`` makes it send heartbeats. ``secret``
-    makes login check the credential. Tests may replace entries of ``behaviour``."""
+    makes login check the credential. Tests may replace entries of ``behaviour``. Its log
+    holds the STMP messages clients sent (``None`` once a connection ended)."""
+
+    connection_class = FakeConnection
 
     def __init__(
         self,
@@ -196,100 +122,66 @@ class FakeServer:
         ping_every: float | None = None,
         secret: str | None = None,
     ) -> None:
-        self.thread = thread
-        self.ws = ws
-        self.tls = tls
+        super().__init__(thread, ws=ws, tls=tls)
         self.versions = versions
         self.version_inline = version_inline
         self.ping_every = ping_every
         self.secret = secret
-        self.connections: list[FakeConnection] = []
-        #: (connection index, message or None when the connection ended), in order
-        self.log: list[tuple[int, Message | None]] = []
         #: what TCP clients sent, as received; WebSocket frames (is_binary, payload)
         self.raw: list[bytes] = []
         self.frames: list[tuple[bool, bytes]] = []
-        self.behaviour: dict[int, Callable[[FakeServer, FakeConnection, Request], None]] = {
-            0: FakeServer.version_check,
-            payloads.LOGIN: FakeServer.login,
-            payloads.SUBSCRIBE: FakeServer.subscribe,
-            payloads.UNSUBSCRIBE: FakeServer.unsubscribe,
-            payloads.PUBLISH: FakeServer.publish,
-            payloads.UNICAST: FakeServer.unicast,
-            payloads.BROADCAST: FakeServer.broadcast,
-            ECHO: FakeServer.echo,
-            DELAY: FakeServer.delay,
+        self.behaviour: dict[int, Callable[[FakeSTMPServer, FakeConnection, Request], None]] = {
+            0: FakeSTMPServer.version_check,
+            payloads.LOGIN: FakeSTMPServer.login,
+            payloads.SUBSCRIBE: FakeSTMPServer.subscribe,
+            payloads.UNSUBSCRIBE: FakeSTMPServer.unsubscribe,
+            payloads.PUBLISH: FakeSTMPServer.publish,
+            payloads.UNICAST: FakeSTMPServer.unicast,
+            payloads.BROADCAST: FakeSTMPServer.broadcast,
+            ECHO: FakeSTMPServer.echo,
+            DELAY: FakeSTMPServer.delay,
             SILENT: lambda server, conn, request: None,
-            NOTIFY_BACK: FakeServer.notify_back,
-            STATUS: FakeServer.status,
+            NOTIFY_BACK: FakeSTMPServer.notify_back,
+            STATUS: FakeSTMPServer.status,
         }
-        self._changed = threading.Condition()
-        self._port: Any = None
-        self.host = "127.0.0.1"
-        self.port = 0
 
-    # -- running ------------------------------------------------------------------------------
+    # -- the kit's hooks (reactor thread) -----------------------------------------------------
 
-    def __enter__(self) -> FakeServer:
-        def listen() -> Any:
-            reactor = self.thread.reactor
-            if self.ws:
-                factory: Any = WebSocketServerFactory(reactor=reactor)
-                factory._batched_timer = ReactorTimer(reactor)
-                factory.protocol = _FakeWS
-            else:
-                factory = Factory.forProtocol(_FakeTCP)
-            factory.server = self
-            if self.tls is not None:  # TLS flushes on our reactor, not the global one
-                factory = TLSMemoryBIOFactory(self.tls, False, factory, clock=reactor)
-            return reactor.listenTCP(0, factory, interface="127.0.0.1")
-
-        self._port = self.thread.call(listen)
-        self.port = self._port.getHost().port
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        def stop() -> Any:
-            for conn in self.connections:
-                if not conn.closed:
-                    conn.drop()
-            return self._port.stopListening()
-
-        self.thread.call(stop)
-
-    def connect(self, write: Callable[..., None], drop: Callable[[], None], text: bool) -> Any:
-        conn = FakeConnection(self, write, drop, text)
-        self.connections.append(conn)
+    def connected(self, conn: FakeConnection) -> None:
         if self.ping_every:
             conn.pinger = LoopingCall(conn.send, PING)
             conn.pinger.clock = self.thread.reactor
             conn.pinger.start(self.ping_every, now=False)
-        return conn
 
-    def record(self, conn: FakeConnection, message: Message | None) -> None:
-        with self._changed:
-            self.log.append((conn.index, message))
-            self._changed.notify_all()
+    def received(self, conn: FakeConnection, unit: Any) -> None:
+        try:
+            if not conn.text:
+                self.raw.append(unit)
+                messages = list(conn.decoder.feed(unit))
+            else:
+                self.frames.append(unit)
+                binary, payload = unit
+                if binary:
+                    if not conn.decoder.waiting_for_payload:
+                        conn.binary_frames = True
+                    message = conn.decoder.binary_frame(payload)
+                else:
+                    message = conn.decoder.text_frame(payload.decode())
+                messages = [] if message is None else [message]
+        except RemoteProtocolError:
+            conn.abort()
+            return
+        for message in messages:
+            self.record(conn, message)
+            if type(message) is Request:
+                self.behaviour.get(message.action, FakeSTMPServer.not_found)(self, conn, message)
 
-    def wait(self, predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
-        """Wait (in the test's thread) until ``predicate()`` is true; its value."""
-        with self._changed:
-            result = self._changed.wait_for(predicate, timeout)
-        assert result, "the fake server did not see what was expected in time"
-        return result
-
-    def messages(self, kind: type | None = None, conn: int | None = None) -> list[Any]:
-        return [
-            m
-            for i, m in list(self.log)
-            if m is not None and (kind is None or type(m) is kind) and conn in (None, i)
-        ]
+    def lost(self, conn: FakeConnection) -> None:
+        if conn.pinger is not None and conn.pinger.running:
+            conn.pinger.stop()
 
     def requests(self, action: int) -> list[Request]:
-        return [m for m in self.messages(Request) if m.action == action]
-
-    def ended(self, conn: int = 0) -> bool:
-        return (conn, None) in self.log
+        return [m for m in self.logged(Request) if m.action == action]
 
     # -- behaviour ----------------------------------------------------------------------------
 
@@ -374,11 +266,11 @@ class FakeServer:
         self.reply(conn, request, fields["status"], {"why": "asked"})
 
     @staticmethod
-    def not_found(server: FakeServer, conn: FakeConnection, request: Request) -> None:
-        FakeServer.reply(conn, request, Status.NOT_FOUND)
+    def not_found(server: FakeSTMPServer, conn: FakeConnection, request: Request) -> None:
+        FakeSTMPServer.reply(conn, request, Status.NOT_FOUND)
 
 
-def renaming_login(server: FakeServer, conn: FakeConnection, request: Request) -> None:
+def renaming_login(server: FakeSTMPServer, conn: FakeConnection, request: Request) -> None:
     """A login behaviour that takes (and answers with) the identity in upper case."""
     fields = payloads.decode_payload(request.payload, request.encoding)
     conn.identity = fields["id"].upper()
@@ -400,7 +292,7 @@ BROKER_TRANSPORTS = ("tcp", "ws", "tls", "wss")
 
 @frozen
 class BrokerTarget:
-    """One STMP listener of a real broker, with the attributes of :class:`FakeServer` that
+    """One STMP listener of a real broker, with the attributes of :class:`FakeSTMPServer` that
     the helpers and the marked tests use."""
 
     thread: ReactorThread
@@ -409,7 +301,7 @@ class BrokerTarget:
     ws: bool
 
 
-Target = FakeServer | BrokerTarget
+Target = FakeSTMPServer | BrokerTarget
 
 
 def server_tls_context(pki: Any) -> Any:
@@ -442,11 +334,11 @@ def fake_or_broker(
     request: pytest.FixtureRequest, thread: ReactorThread, tls: Any = None
 ) -> Iterator[Target]:
     """The target a ``target``/``tls_target`` fixture's param names ("fake-ws", "broker-tls"):
-    a :class:`FakeServer` (with the server context ``tls`` for "tls"/"wss"), or that listener
+    a :class:`FakeSTMPServer` (with the server context ``tls`` for "tls"/"wss"), or that listener
     of the test's ``broker`` fixture, which is only requested then."""
     kind, transport = request.param.split("-")
     if kind == "fake":
-        with FakeServer(thread, ws=transport in ("ws", "wss"), tls=tls) as running:
+        with FakeSTMPServer(thread, ws=transport in ("ws", "wss"), tls=tls) as running:
             yield running
     else:
         broker = request.getfixturevalue("broker")
@@ -464,21 +356,22 @@ def twisted_client(server: Target, **options: Any) -> Any:
 
 def when_handled(thread: Any, proto: Any, predicate: Callable[[], Any]) -> Any:
     """Wait until ``predicate()`` (about the Twisted client's state) holds: checked in the
-    reactor thread right after the client handles each message, so nothing polls."""
+    reactor thread right after the client handles what its transport delivers (bytes or a
+    WebSocket message), so nothing polls."""
 
     def install() -> Any:
         if predicate():
             return True
         done: defer.Deferred[bool] = defer.Deferred()
-        handle = proto._stmp_received
+        handle = proto._transport_data
 
-        def observed(message: Any) -> None:
-            handle(message)
+        def observed(unit: Any) -> None:
+            handle(unit)
             if not done.called and predicate():
-                proto._stmp_received = handle
+                proto._transport_data = handle
                 done.callback(True)
 
-        proto._stmp_received = observed
+        proto._transport_data = observed
         return done
 
     return thread.call(install)
@@ -491,43 +384,15 @@ def blocking_client(server: Target, **options: Any) -> BlockingSTMPClient:
 # -- Twisted, on a Clock and a StringTransport --------------------------------------------------
 
 
-class Wire:
+class Wire(MemoryWire):
     """An :class:`STMPClientProtocol` on a StringTransport and a Clock."""
 
     def __init__(self, **options: Any) -> None:
-        self.clock = Clock()
-        self.proto = STMPClientProtocol(clock=self.clock, **options)
-        self.transport = StringTransport()
-        self.proto.makeConnection(self.transport)
-        self._decoder = BinaryDecoder()
-
-    def sent(self) -> list[Message]:
-        """What the client wrote since the last call."""
-        data = self.transport.value()
-        self.transport.clear()
-        return list(self._decoder.feed(data))
-
-    def feed(self, *messages: Message) -> None:
-        self.proto.dataReceived(b"".join(encode_binary(m) for m in messages))
+        clock = Clock()
+        proto = STMPClientProtocol(clock=clock, **options)
+        super().__init__(proto, clock, BinaryDecoder().feed, encode_binary)
 
     def ready(self) -> None:
         """Answer the version check."""
         assert self.sent()[0] == Request(0, 0, RAW, b"\x01")
         self.feed(Response(0, Status.OK, RAW, b"\x01"))
-
-    def lose(self) -> None:
-        self.proto.connectionLost(Failure(ConnectionDone("gone")))
-
-    @property
-    def closed(self) -> bool:
-        return bool(self.transport.disconnecting)
-
-
-def result(d: defer.Deferred[Any]) -> Any:
-    """The result of a Deferred that has fired (raising its failure)."""
-    box: list[Any] = []
-    d.addBoth(box.append)
-    assert box, "the Deferred has not fired"
-    if isinstance(box[0], Failure):
-        box[0].raiseException()
-    return box[0]

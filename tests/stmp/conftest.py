@@ -1,5 +1,5 @@
 """Fixtures shared by the STMP client tests (``test_client_twisted_network.py`` and
-``test_client_blocking.py``): a :class:`FakeServer` of their own per test, over TCP or
+``test_client_blocking.py``): a :class:`FakeSTMPServer` of their own per test, over TCP or
 WebSocket, in the session-wide reactor thread; the real broker; ``target``, either of them.
 Modules that define a fixture of the same name (``broker`` and ``pki`` in test_e2e.py, for
 instance) use their own, as pytest's module fixtures override these.
@@ -14,7 +14,7 @@ import pytest
 from tests.certs import make_pki
 from tests.ssmp.e2e_support import ReactorThread, RunningBroker, reactor_thread
 from tests.stmp.client_support import (
-    FakeServer,
+    FakeSTMPServer,
     Target,
     fake_or_broker,
     server_tls_context,
@@ -28,8 +28,8 @@ def thread() -> ReactorThread:
 
 
 @pytest.fixture(params=["tcp", "ws"])
-def server(request, thread) -> Iterator[FakeServer]:
-    with FakeServer(thread, ws=request.param == "ws") as running:
+def server(request, thread) -> Iterator[FakeSTMPServer]:
+    with FakeSTMPServer(thread, ws=request.param == "ws") as running:
         yield running
 
 
@@ -58,12 +58,12 @@ def target(request, thread) -> Iterator[Target]:
 
 
 @pytest.fixture
-def tcp_server() -> Iterator[FakeServer]:
-    with FakeServer(reactor_thread()) as running:
+def tcp_server() -> Iterator[FakeSTMPServer]:
+    with FakeSTMPServer(reactor_thread()) as running:
         yield running
 
 
 @pytest.fixture
-def ws_server() -> Iterator[FakeServer]:
-    with FakeServer(reactor_thread(), ws=True) as running:
+def ws_server() -> Iterator[FakeSTMPServer]:
+    with FakeSTMPServer(reactor_thread(), ws=True) as running:
         yield running

@@ -41,7 +41,7 @@ from tests.ssmp.e2e_support import (
     stop_process,
     twistd_command,
 )
-from tests.stmp.client_support import ECHO, SILENT, FakeServer
+from tests.stmp.client_support import ECHO, SILENT, FakeSTMPServer
 
 MSGBROKER = str(Path(sys.executable).with_name("msgbroker"))
 
@@ -52,8 +52,8 @@ def thread():
 
 
 @pytest.fixture(params=["tcp", "ws"])
-def server(request, thread) -> Iterator[FakeServer]:
-    with FakeServer(thread, ws=request.param == "ws") as running:
+def server(request, thread) -> Iterator[FakeSTMPServer]:
+    with FakeSTMPServer(thread, ws=request.param == "ws") as running:
         yield running
 
 
@@ -62,7 +62,7 @@ def server(request, thread) -> Iterator[FakeServer]:
 
 @frozen
 class BrokerTarget:
-    """One STMP listener of the twistd broker, shaped like :class:`FakeServer` for
+    """One STMP listener of the twistd broker, shaped like :class:`FakeSTMPServer` for
     :func:`where` and the marked tests."""
 
     host: str
@@ -70,7 +70,7 @@ class BrokerTarget:
     ws: bool
 
 
-Target = FakeServer | BrokerTarget
+Target = FakeSTMPServer | BrokerTarget
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def target(request, thread) -> Iterator[Target]:
     kind, transport = request.param.split("-")
     ws = transport == "ws"
     if kind == "fake":
-        with FakeServer(thread, ws=ws) as running:
+        with FakeSTMPServer(thread, ws=ws) as running:
             yield running
     else:
         host, port = request.getfixturevalue("twistd")["stmp-ws" if ws else "stmp"]
@@ -139,7 +139,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return status, out, err
 
 
-def published(server: FakeServer) -> list[tuple[int, object]]:
+def published(server: FakeSTMPServer) -> list[tuple[int, object]]:
     """(encoding, decoded payload) of every publish the server got."""
     return [
         (r.encoding, payloads.decode_payload(r.payload, r.encoding))
@@ -159,7 +159,7 @@ def test_pub_publishes_and_prints_nothing(capsys, target):
         assert (delivery.kind, delivery.topic, delivery.data) == ("mcast", "news", b"hello | world")
         assert re.fullmatch(r"cli-\d+-[0-9a-f]{4}", delivery.sender)  # the generated id
         assert nothing_more(reader)  # one publish
-    if isinstance(target, FakeServer):  # what went over the wire
+    if isinstance(target, FakeSTMPServer):  # what went over the wire
         assert published(target) == [(Encoding.JSON, {"topic": "news", "data": "hello | world"})]
         _, login = target.requests(payloads.LOGIN)  # the reader's, then the command's
         assert login.payload.decode() == f'{{"id":"{delivery.sender}","scheme":"open"}}'
@@ -195,7 +195,7 @@ def test_pub_dash_from_a_pipe_in_a_subprocess(target):
         assert done.returncode == 0, done.stderr
         assert [reader.next_delivery(WAIT).data for _ in range(3)] == [b"a", b"b", b"c"]
         assert nothing_more(reader)  # three publishes, no more
-    if isinstance(target, FakeServer):
+    if isinstance(target, FakeSTMPServer):
         assert [fields["data"] for _, fields in published(target)] == ["a", "b", "c"]
 
 
@@ -356,7 +356,7 @@ def test_a_refused_version_is_one_line_and_exit_1(capsys, server):
 def test_secret_login(capsys, thread, tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("wrong\n")
-    with FakeServer(thread, secret="pw") as server:
+    with FakeSTMPServer(thread, secret="pw") as server:
         status, _, err = run(capsys, "stmp", "pub", "t", "x", "--id", "alice",
                              "--secret-file", str(secret), *where(server))  # fmt: skip
         assert status == 1
@@ -384,7 +384,7 @@ def test_over_tls(capsys, thread, tmp_path, ws):
 
     pki = make_pki(tmp_path)
     context = server_context_factory(str(pki.server.cert), str(pki.server.key), None)
-    with FakeServer(thread, ws=ws, tls=context) as server:
+    with FakeSTMPServer(thread, ws=ws, tls=context) as server:
         args = ["--tls", "--ca", str(pki.ca.cert_path), *where(server)]
         status, out, err = run(capsys, "stmp", "call", "1.0.0.1", '"secure"', *args)
         assert (status, out, err) == (0, '0x00 Ok\n"secure"\n', "")

@@ -14,9 +14,9 @@ import time
 import msgpack
 import pytest
 
+from msgbroker.clientkit.websocket import WebSocketReader, ws_frame, ws_mask
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.stmp import payloads
-from msgbroker.plugins.stmp.blocking_ws import WebSocketReader, ws_frame, ws_mask
 from msgbroker.plugins.stmp.client import (
     BlockingSTMPClient,
     Delivery,
@@ -34,7 +34,7 @@ from tests.stmp.client_support import (
     RAW,
     SILENT,
     STATUS,
-    FakeServer,
+    FakeSTMPServer,
     blocking_client,
     renaming_login,
 )
@@ -102,7 +102,7 @@ def test_blocking_version_refused(thread, server):
 
 
 def test_blocking_login_refused(thread):
-    with FakeServer(thread, secret="pw") as server:
+    with FakeSTMPServer(thread, secret="pw") as server:
         with pytest.raises(STMPError) as info:
             blocking_client(server, identity="alice", scheme="secret", credential=b"wrong")
         assert info.value.payload == {"schemes": ["secret"]}
@@ -126,17 +126,17 @@ def test_blocking_notifies_are_queued_apart_from_deliveries(server):
 
 
 def test_blocking_heartbeat(thread):
-    with FakeServer(thread, ping_every=0.1) as server:
+    with FakeSTMPServer(thread, ping_every=0.1) as server:
         with blocking_client(server, identity="alice", heartbeat=0.1) as client:
             assert client.next_delivery(0.5) is None
             assert client.pings_received >= 2
-            server.wait(lambda: len(server.messages(Ping)) >= 2)
+            server.wait(lambda: len(server.logged(Ping)) >= 2)
 
 
 def test_blocking_gives_up_on_a_silent_server(server):
     with blocking_client(server, identity="alice", heartbeat=0.1) as client:
         started = time.monotonic()
-        with pytest.raises(STMPConnectionClosed, match="nothing from the broker"):
+        with pytest.raises(STMPConnectionClosed, match="nothing from the server"):
             client.next_delivery(5)
         assert time.monotonic() - started < 2
 
@@ -148,10 +148,10 @@ def test_blocking_poll_keeps_the_heartbeat_without_waiting(tcp_server):
     ) as client:
         client.poll()
         client.subscribe("after-the-first-poll")  # anything sent before it has arrived
-        assert tcp_server.messages(Ping) == []  # no interval had passed
+        assert tcp_server.logged(Ping) == []  # no interval had passed
         now[0] += 30.5  # one heartbeat interval, with nothing received
         client.poll()
-        tcp_server.wait(lambda: len(tcp_server.messages(Ping)) >= 1)
+        tcp_server.wait(lambda: len(tcp_server.logged(Ping)) >= 1)
 
 
 def test_blocking_server_closing_is_connection_closed(server):
@@ -177,7 +177,7 @@ def test_blocking_ws_wire_format(ws_server):
 
 
 def test_blocking_ws_version_reply_in_two_frames_is_accepted(thread):
-    with FakeServer(thread, ws=True, version_inline=False) as server:
+    with FakeSTMPServer(thread, ws=True, version_inline=False) as server:
         with blocking_client(server, identity="alice") as client:
             assert client.stmp_version == (0, 1)
 
@@ -200,7 +200,7 @@ def test_blocking_over_tls(thread, pki, tls_context, ws):
     import ssl
 
     context = ssl.create_default_context(cafile=str(pki.ca.cert_path))
-    with FakeServer(thread, ws=ws, tls=tls_context) as server:
+    with FakeSTMPServer(thread, ws=ws, tls=tls_context) as server:
         with BlockingSTMPClient("127.0.0.1", server.port, "al", ws=ws, ssl_context=context) as c:
             assert c.call(ECHO, "over tls") == "over tls"
 
@@ -220,7 +220,7 @@ def test_blocking_ws_handshake_refused(tcp_server):
 
 
 def test_blocking_login_answered_with_another_identity_takes_that_identity(thread):
-    with FakeServer(thread) as server:
+    with FakeSTMPServer(thread) as server:
         server.behaviour[payloads.LOGIN] = renaming_login
         with blocking_client(server, identity="alice") as client:
             assert client.identity == "ALICE"

@@ -11,11 +11,12 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from msgbroker.clientkit.testing import result
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.stmp import payloads
 from msgbroker.plugins.stmp.client import Delivery, STMPConnectionClosed, STMPError
+from msgbroker.plugins.stmp.client_common import RequestIds
 from msgbroker.plugins.stmp.codec import PING, Encoding, Notify, Request, Response, Status
-from msgbroker.plugins.stmp.common import RequestIds
 from tests.stmp.client_support import (
     ECHO,
     JSON,
@@ -24,7 +25,6 @@ from tests.stmp.client_support import (
     RAW,
     SILENT,
     Wire,
-    result,
 )
 
 
@@ -99,7 +99,7 @@ def test_request_ids_wrap_from_65535_to_1_and_skip_ids_still_pending():
     wire = Wire()
     wire.ready()
     pending = wire.proto.request(SILENT, None)  # id 1, never answered yet
-    wire.proto._ids._next = 65534
+    wire.proto.session.ids._next = 65534
     for _ in range(3):
         wire.proto.request(ECHO, None)
     assert [m.id for m in wire.sent()] == [1, 65534, 65535, 2]  # not 0, not 1 (pending)
@@ -157,11 +157,11 @@ def test_a_timed_out_id_is_not_reused_before_its_late_reply_came():
     wire.ready()
     wire.proto.request(SILENT, timeout=1)
     wire.clock.advance(1)
-    wire.proto._ids._next = 1  # as after a wrap
+    wire.proto.session.ids._next = 1  # as after a wrap
     wire.proto.request(ECHO)
     assert [m.id for m in wire.sent()] == [1, 2]  # 2, not the timed-out 1
     wire.feed(Response(1, Status.OK))  # the late reply: dropped, and 1 is free again
-    wire.proto._ids._next = 1
+    wire.proto.session.ids._next = 1
     wire.proto.request(ECHO)
     assert [m.id for m in wire.sent()] == [1]
 

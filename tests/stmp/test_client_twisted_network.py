@@ -33,7 +33,7 @@ from tests.stmp.client_support import (
     MSGPACK,
     NOTIFY_BACK,
     RAW,
-    FakeServer,
+    FakeSTMPServer,
     Target,
     fake_or_broker,
     twisted_client,
@@ -139,7 +139,7 @@ def test_twisted_ws_msgpack_travels_in_two_frames_both_ways(ws_server):
 
 
 def test_twisted_ws_version_reply_in_two_frames_is_accepted(thread):
-    with FakeServer(thread, ws=True, version_inline=False) as server:
+    with FakeSTMPServer(thread, ws=True, version_inline=False) as server:
         proto = twisted_client(server, identity="alice")
         assert proto.stmp_version == (0, 1)
 
@@ -152,15 +152,15 @@ def test_twisted_ws_binary_frames(ws_server):
 
 
 def test_twisted_heartbeat_on_a_real_connection(thread):
-    with FakeServer(thread, ping_every=0.1) as server:
+    with FakeSTMPServer(thread, ping_every=0.1) as server:
         proto = twisted_client(server, identity="alice", heartbeat=0.1)
-        server.wait(lambda: len(server.messages(Ping)) >= 2)  # the client pings
+        server.wait(lambda: len(server.logged(Ping)) >= 2)  # the client pings
         # ... and hears the server's
         when_handled(server.thread, proto, lambda: proto.pings_received >= 2)
 
 
 def test_twisted_gives_up_on_a_silent_server(thread):
-    with FakeServer(thread) as server:
+    with FakeSTMPServer(thread) as server:
         proto = twisted_client(server, identity="alice", heartbeat=0.1)
         reason = thread.call(proto.when_closed)
         assert "nothing from the server" in str(reason)
@@ -184,7 +184,7 @@ def test_twisted_over_tls(pki, tls_target):
     thread.call(bob.subscribe, "secure")
     thread.call(alice.publish, "secure", b"over tls")
     assert thread.call(inbox.get) == Delivery("alice", "mcast", "secure", b"over tls")
-    if isinstance(tls_target, FakeServer):  # the echo action is the fake's
+    if isinstance(tls_target, FakeSTMPServer):  # the echo action is the fake's
         assert thread.call(alice.request, ECHO, "over tls").payload == b'"over tls"'
     thread.call(alice.close)
     thread.call(bob.close)
@@ -194,7 +194,7 @@ def test_twisted_over_tls(pki, tls_target):
 
 
 def test_connect_defaults_to_4445_and_4446_for_websocket(thread, monkeypatch):
-    from msgbroker.plugins.stmp import client as client_module
+    from msgbroker.clientkit import protocol as client_module  # where connect's endpoint is made
 
     seen = []
 

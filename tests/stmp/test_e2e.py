@@ -8,7 +8,7 @@ import ssl
 
 import pytest
 
-from msgbroker.plugins.stmp.blocking import BlockingSTMPClient, STMPError
+from msgbroker.plugins.stmp.client import BlockingSTMPClient, STMPError
 from msgbroker.plugins.stmp.codec import Status
 from tests.certs import make_pki
 from tests.ssmp.e2e_support import parse_address, running_broker

@@ -60,7 +60,7 @@ def test_before_login_a_declared_size_over_the_limit_closes_at_its_header():
     conn.send(b"\x50\x00\x01\x00\x00\x01\x04" + (16 << 20).to_bytes(4, "big"))
     assert conn.closed
     size = (16 << 20) + 11
-    assert conn.session.close_reason == f"protocol error: message of {size} bytes exceeds {LIMIT}"
+    assert conn.session.close_text == f"protocol error: message of {size} bytes exceeds {LIMIT}"
     assert conn.received() == b""  # a protocol error gets no STMP answer
 
 
@@ -143,7 +143,7 @@ def test_before_login_a_websocket_message_over_the_limit_is_refused_at_its_frame
     assert server_frames(conn.received()) == [
         (CLOSE, (1009).to_bytes(2, "big") + f"protocol error: message over {LIMIT} bytes".encode())
     ]
-    assert conn.session.close_reason == f"protocol error: message over {LIMIT} bytes"
+    assert conn.session.close_text == f"protocol error: message over {LIMIT} bytes"
     assert conn.session not in broker.sessions
 
 
@@ -189,7 +189,7 @@ def test_a_request_head_may_be_exactly_the_limit(extra, accepted):
     else:
         assert response == b"HTTP/1.1 431 Request Header Fields Too Large\r\n\r\n"
         assert conn.closed
-        assert conn.session.close_reason == "protocol error: request head over 1024 bytes"
+        assert conn.session.close_text == "protocol error: request head over 1024 bytes"
 
 
 def test_endless_headers_are_cut_at_the_limit_byte_by_byte():

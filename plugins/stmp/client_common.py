@@ -1,21 +1,23 @@
-"""What both STMP clients (:mod:`.client`, Twisted, and :mod:`.blocking`) share, whatever
-the transport: default ports and timeouts, errors, :class:`Delivery`, request ids and late
-replies, request payloads, the version check. :mod:`msgbroker.plugins.stmp.client`
+"""What the STMP client session (:mod:`.client_session`) is made of, with no state of its
+own: default ports and timeouts, errors, :class:`Delivery`, request ids and late replies,
+request payloads, the version check, the wires (how messages travel: :class:`BinaryWire` on
+TCP, :class:`WebSocketWire` in WebSocket messages). :mod:`msgbroker.plugins.stmp.client`
 re-exports the public names; import from there.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from typing import Any
 
 from attrs import frozen
 
+from msgbroker.clientkit.session import ConnectionClosed
 from msgbroker.errors import RemoteProtocolError
 
 from . import codec, payloads
-from .codec import Encoding, Notify, Request, Response, Status
+from .codec import Encoding, Message, Notify, Request, Response, Status
 
 DEFAULT_PORT = 4445
 DEFAULT_WS_PORT = 4446
@@ -72,11 +74,11 @@ class STMPError(Exception):
         return text
 
 
-class STMPConnectionClosed(ConnectionError):
+class STMPConnectionClosed(ConnectionClosed):
     """The connection ended (or was never usable) before the request was answered."""
 
 
-# -- what both clients share -------------------------------------------------------------------
+# -- values ------------------------------------------------------------------------------------
 
 
 @frozen
@@ -235,3 +237,55 @@ def structured(encoding: int) -> int:
     if encoding not in payloads.STRUCTURED:
         raise ValueError(f"the broker actions need JSON or msgpack, not encoding {encoding}")
     return encoding
+
+
+# -- wires ---------------------------------------------------------------------------------------
+
+
+class BinaryWire:
+    """STMP on a byte stream (TCP): the binary serialization with PS."""
+
+    text = False
+
+    def __init__(self, max_payload: int = codec.DEFAULT_MAX_PAYLOAD) -> None:
+        self._decoder = codec.BinaryDecoder(max_payload)
+
+    def encode(self, message: Message, inline: bool | None = None) -> list[Any]:
+        return [codec.encode_binary(message)]
+
+    def decode(self, data: bytes) -> Iterable[Message]:
+        return self._decoder.feed(data)
+
+
+class WebSocketWire:
+    """STMP in WebSocket messages, ``(is_binary, payload)``: the text serialization (a
+    binary payload as the text header plus one binary message) or, with
+    ``binary_frames``, one binary-serialized message (without PS) per binary message."""
+
+    def __init__(
+        self, max_payload: int = codec.DEFAULT_MAX_PAYLOAD, binary_frames: bool = False
+    ) -> None:
+        #: True for the text serialization (the version list is hex)
+        self.text = not binary_frames
+        self._decoder = codec.TextDecoder(max_payload)
+
+    def encode(self, message: Message, inline: bool | None = None) -> list[Any]:
+        if not self.text:
+            return [(True, codec.encode_binary(message, with_ps=False))]
+        text, followup = codec.encode_text(message, inline)
+        units: list[Any] = [(False, text.encode("utf-8"))]
+        if followup is not None:
+            units.append((True, followup))
+        return units
+
+    def decode(self, unit: tuple[bool, bytes]) -> Iterable[Message]:
+        binary, payload = unit
+        message: Message | None
+        try:
+            if binary:
+                message = self._decoder.binary_frame(payload)
+            else:
+                message = self._decoder.text_frame(payload.decode("utf-8"))
+        except ValueError as e:  # UnicodeDecodeError included
+            raise RemoteProtocolError(str(e)) from None
+        return () if message is None else (message,)

@@ -1,21 +1,23 @@
-"""TCP keepalive for Micromessage2 connections, which have no heartbeat of their own.
+"""TCP keepalive, for protocols without a heartbeat of their own (Micromessage2).
 
-Micromessage2 defines no ping, and a healthy subscriber may send nothing for hours (without
-an ack window it never has to), so silence proves nothing and the broker cannot close an
-idle connection. A peer that vanished (power loss, a cable pulled, a NAT that forgot the
-flow) sends no FIN either, so without help its connection, identity and subscriptions
-would stay forever. The kernel can ask for us: with ``SO_KEEPALIVE`` it sends an empty
-probe after ``TCP_KEEPIDLE`` seconds of silence, every ``TCP_KEEPINTVL`` seconds, and
-resets the connection after ``TCP_KEEPCNT`` unanswered ones; a live peer's kernel answers
-them whatever its application does. The connection is then lost like any other, and the
-broker cleans up as for a close.
+Such a protocol defines no ping, and a healthy peer may send nothing for hours (a
+Micromessage2 subscriber without an ack window never has to), so silence proves nothing
+and the broker cannot close an idle connection. A peer that vanished (power loss, a cable
+pulled, a NAT that forgot the flow) sends no FIN either, so without help its connection,
+identity and subscriptions would stay forever. The kernel can ask for us: with
+``SO_KEEPALIVE`` it sends an empty probe after ``TCP_KEEPIDLE`` seconds of silence, every
+``TCP_KEEPINTVL`` seconds, and resets the connection after ``TCP_KEEPCNT`` unanswered ones;
+a live peer's kernel answers them whatever its application does. The connection is then
+lost like any other, and the broker cleans up as for a close.
 
+A server session says it has no heartbeat (``ServerSession.heartbeat = False``); the stream
+glue (:class:`msgbroker.connection.StreamProtocol`) then calls :func:`set_tcp_keepalive`.
 :func:`keepalive_probes` turns the broker's ``keepalive`` (the silence after which the
 other protocols ping, and as long again before they give up) into those three settings, so
-that a dead Micromessage2 peer is found on the same schedule: first probe after
-``keepalive`` s, reset about ``keepalive`` s later. :func:`set_tcp_keepalive` applies them to
-the socket under a Twisted transport, through TLS (the TLS layer is a protocol wrapper over
-the TCP transport).
+that a dead peer is found on the same schedule: first probe after ``keepalive`` s, reset
+about ``keepalive`` s later. :func:`set_tcp_keepalive` applies them to the socket under a
+Twisted transport, through TLS (the TLS layer is a protocol wrapper over the TCP
+transport).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The blocking client's WebSocket wire: a small RFC 6455 client on a plain (or TLS) socket
-— no reactor, no extra dependency — carrying STMP in text frames or binary frames. Split
-from :mod:`.blocking`, which uses it.
+"""A small RFC 6455 WebSocket client on a plain (or TLS) socket, for the blocking clients:
+no reactor, no extra dependency. :class:`WebSocketChannel` opens the connection (the HTTP
+upgrade) and carries a session's units, ``(is_binary, payload)`` messages; :func:`ws_frame`,
+:func:`ws_mask` and :class:`WebSocketReader` are its pieces (sans-IO).
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from msgbroker.errors import RemoteProtocolError
 
-from . import codec
-from .codec import Message
-from .common import STMPConnectionClosed
+from .blocking import StreamChannel
+
+__all__ = ["WebSocketChannel", "WebSocketReader", "ws_frame", "ws_mask"]
 
 _WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _OP_CONT, _OP_TEXT, _OP_BINARY, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
@@ -127,9 +128,12 @@ class WebSocketReader:
         return binary, whole
 
 
-class _WebSocketWire:
-    """STMP over a WebSocket (RFC 6455 client on a plain or TLS socket): text frames (a
-    binary payload as a second, binary frame), or binary frames when ``binary_frames``."""
+class WebSocketChannel(StreamChannel):
+    """A WebSocket on ``sock``, opened to ``path`` on ``host``:``port`` by the HTTP upgrade
+    (which must be done by ``deadline`` on ``clock``). Units are whole messages,
+    ``(is_binary, payload)``; pings are answered, and the server's close frame answered and
+    noted (:attr:`peer_closed`). ``max_message`` bounds a message from the server.
+    ``OSError``, :class:`RemoteProtocolError` or ``closed_error`` when the upgrade fails."""
 
     def __init__(
         self,
@@ -137,20 +141,26 @@ class _WebSocketWire:
         host: str,
         port: int,
         path: str,
-        max_payload: int,
-        binary_frames: bool,
+        *,
+        max_message: int,
         deadline: float,
+        closed_error: type[Exception] = ConnectionError,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.sock = sock
-        self.text = not binary_frames
-        self.closed_by_server = False
-        self._decoder = codec.TextDecoder(max_payload)
-        self._reader = WebSocketReader(max_payload + 64)
+        super().__init__(sock)
+        self._reader = WebSocketReader(max_message)
         self._sent_close = False
-        rest = self._handshake(host, port, path, deadline)
-        self._early = rest
+        self._early = self._handshake(host, port, path, deadline, clock, closed_error)
 
-    def _handshake(self, host: str, port: int, path: str, deadline: float) -> bytes:
+    def _handshake(
+        self,
+        host: str,
+        port: int,
+        path: str,
+        deadline: float,
+        clock: Callable[[], float],
+        closed_error: type[Exception],
+    ) -> bytes:
         key = base64.b64encode(os.urandom(16))
         where = host if ":" not in host else f"[{host}]"
         request = (
@@ -161,13 +171,13 @@ class _WebSocketWire:
         self.sock.sendall(request.encode("ascii"))
         response = b""
         while b"\r\n\r\n" not in response:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - clock()
             if remaining <= 0:
                 raise TimeoutError("no WebSocket handshake reply in time")
             self.sock.settimeout(remaining)
             chunk = self.sock.recv(4096)
             if not chunk:
-                raise STMPConnectionClosed("the server closed the connection during the handshake")
+                raise closed_error("the server closed the connection during the handshake")
             response += chunk
             if len(response) > 65536:
                 raise RemoteProtocolError("WebSocket handshake reply too long")
@@ -175,7 +185,7 @@ class _WebSocketWire:
         lines = head.decode("latin-1").split("\r\n")
         status = lines[0].split(" ", 2)
         if len(status) < 2 or status[1] != "101":
-            raise STMPConnectionClosed(f"WebSocket handshake refused: {lines[0]}")
+            raise closed_error(f"WebSocket handshake refused: {lines[0]}")
         headers = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
@@ -189,43 +199,33 @@ class _WebSocketWire:
             raise RemoteProtocolError("the server chose an extension we did not offer")
         return rest
 
-    def send(self, message: Message, inline: bool | None = None) -> None:
-        if not self.text:
-            self.sock.sendall(ws_frame(_OP_BINARY, codec.encode_binary(message, with_ps=False)))
-            return
-        text, followup = codec.encode_text(message, inline)
-        frames = ws_frame(_OP_TEXT, text.encode("utf-8"))
-        if followup is not None:
-            frames += ws_frame(_OP_BINARY, followup)
-        self.sock.sendall(frames)
+    def send(self, units: list[Any]) -> None:
+        self.sock.sendall(
+            b"".join(ws_frame(_OP_BINARY if binary else _OP_TEXT, data) for binary, data in units)
+        )
 
-    def feed(self, data: bytes) -> list[Message]:
-        if self._early:
-            data, self._early = self._early + data, b""
-        messages: list[Message] = []
+    def received(self, data: bytes) -> list[Any]:
+        messages: list[Any] = []
         for what, payload in self._reader.feed(data):
             if what == "ping":
                 self.sock.sendall(ws_frame(_OP_PONG, payload))
             elif what == "close":
-                self.closed_by_server = True
+                self.peer_closed = True
                 if not self._sent_close:
                     self._sent_close = True
                     self.sock.sendall(ws_frame(_OP_CLOSE, payload[:2]))
                 break
-            elif what:  # binary frame
-                messages.append(self._decoder.binary_frame(payload))
             else:
-                message = self._decoder.text_frame(payload.decode("utf-8"))
-                if message is not None:
-                    messages.append(message)
+                messages.append((what, payload))
         return messages
 
-    def pending_bytes(self) -> bytes:
+    def leftover(self) -> bytes:
         early, self._early = self._early, b""
         return early
 
-    def goodbye(self) -> None:
+    def goodbye(self) -> bool:
         """Start the closing handshake (1000 normal closure)."""
         if not self._sent_close:
             self._sent_close = True
             self.sock.sendall(ws_frame(_OP_CLOSE, struct.pack(">H", 1000)))
+        return True
