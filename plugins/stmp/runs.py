@@ -18,7 +18,7 @@ from collections.abc import Callable
 from functools import partial
 from itertools import chain, repeat
 from operator import add
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack  # type: ignore[import-untyped]
 from attrs import frozen
@@ -27,6 +27,9 @@ from msgbroker.message import Kind, Message, MessageRun
 
 from . import actions, payloads
 from .codec import Encoding, RequestRun
+
+if TYPE_CHECKING:
+    from .protocol import STMPServerSession
 
 #: text a JSON string carries as it is: printable ASCII but for '"' and '\'
 _PLAIN = rb"[\x20\x21\x23-\x5b\x5d-\x7e]"
@@ -73,9 +76,10 @@ class CanonicalPublishes:
     bodies: list[bytes]
 
 
-def takes(connection: Any, run: RequestRun) -> bool:
-    """Whether the fast path may handle ``run`` for ``connection`` (else: request by
-    request). The checks the general path makes per request hold for the whole run."""
+def takes(connection: STMPServerSession, run: RequestRun) -> bool:
+    """Whether the fast path may handle ``run`` for ``connection`` (the server session;
+    else: request by request). The checks the general path makes per request hold for the
+    whole run."""
     return (
         run.action == payloads.PUBLISH
         and run.encoding in payloads.STRUCTURED
@@ -89,14 +93,15 @@ def _routed_to_builtin(route: Any) -> bool:
     return route is not None and route.handler is actions.publish
 
 
-def publish_run(connection: Any, run: RequestRun) -> None:
+def publish_run(connection: STMPServerSession, run: RequestRun) -> None:
     """Route ``run`` (publish requests) as the general path would, request by request in
     effect: consecutive publishes to one topic go out as one :class:`MessageRun` and one
     write of Ok responses; a request the fast path cannot read is flushed behind them and
     handed to the general path (which answers it as it should: 0x20 BadRequest...)."""
     session, hub, block = connection.peer, connection.broker.hub, run.block
-    identity: str = session.identity
-    if run.encoding == Encoding.JSON and _whole(connection, run):
+    identity = session.identity
+    assert identity is not None  # takes() checked it
+    if run.encoding == Encoding.JSON and _whole(connection, run, identity):
         return
     json = run.encoding == Encoding.JSON
     topic: str | None = None
@@ -138,7 +143,7 @@ def publish_run(connection: Any, run: RequestRun) -> None:
     flush()
 
 
-def _whole(connection: Any, run: RequestRun) -> bool:
+def _whole(connection: STMPServerSession, run: RequestRun, identity: str) -> bool:
     """Route ``run`` in a few C calls when every request is a canonical JSON publish to one
     topic (the common case: a client pipelining publishes); False (nothing done) otherwise.
 
@@ -152,17 +157,16 @@ def _whole(connection: Any, run: RequestRun) -> bool:
     if match is None or block.count(_TOPIC_OPEN) != run.count:
         return False
     cut = _CUT.split(block)
-    session = connection.peer
     routed = MessageRun(
         Kind.MCAST,
-        session.identity,
+        identity,
         "stmp",
         match.group(1).decode("ascii"),
         run.count,
         partial(_DATA.findall, block),
         CanonicalPublishes(cut[2::2]),
     )
-    connection.broker.hub.multicast_run(session, routed)
+    connection.broker.hub.multicast_run(connection.peer, routed)
     connection.reply(_OK_HEAD + _OK_JOIN.join(cut[1::2]) + _OK_TAIL)
     return True
 
