@@ -1,9 +1,10 @@
 """Micromessage2 deliveries: how a routed message becomes MESSAGE frames, once for every
 Micromessage2 recipient, and how each connection numbers them.
 
-:func:`encode_delivery` writes sequence number 0 in the frames; a connection writes its own
-numbers in (:func:`number_all` for a whole write, :func:`numbered` per message when it
-keeps an ack window). A message with a dotnet type carries a marker before its frames (an
+:func:`encode_delivery` writes sequence number 0 in the frames; each connection's output,
+its acknowledgement window (:mod:`.window`), writes its own numbers in: a whole write in
+one pass, or message by message (:func:`messages`, :func:`numbered`) when it holds some
+back. A message with a dotnet type carries a marker before its frames (an
 EXTENSION frame with id 0, which never goes on the wire): each connection turns it into its
 own type frame or drops it (:func:`type_marker`).
 """

@@ -19,7 +19,7 @@ member a message and hand it through :meth:`WindowOutput.deliver_queued`, which 
 those never acknowledged when the connection is gone.
 
 The window's size and the ``dotnet`` extension's id come from the handshake: the output is
-made when the connection opens and :meth:`WindowOutput.configure`\\ d after it.
+made when the connection opens and configured after it (:meth:`WindowOutput.configure`).
 """
 
 from __future__ import annotations
