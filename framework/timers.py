@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 
 class Timer:
@@ -151,3 +152,29 @@ class Keepalive:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = None
+
+
+class ReactorTimer:
+    """What autobahn wants of its batched timer (``call_later`` returning something to
+    ``cancel``), on a given reactor. autobahn's own uses txaio's loop, the global reactor,
+    whatever reactor its factory was given; the STMP WebSocket server and the client kit's
+    WebSocket driver both give it this one."""
+
+    __slots__ = ("reactor",)
+
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+
+    def call_later(self, delay: float, fun: Any, *args: Any, **kwargs: Any) -> _Cancellable:
+        return _Cancellable(self.reactor.callLater(delay, fun, *args, **kwargs))
+
+
+class _Cancellable:
+    __slots__ = ("call",)
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+
+    def cancel(self) -> None:
+        if self.call.active():
+            self.call.cancel()

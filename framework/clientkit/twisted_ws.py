@@ -11,31 +11,10 @@ from typing import Any
 from autobahn.twisted import websocket
 from twisted.python.failure import Failure
 
+from ..timers import ReactorTimer
 from .protocol import SessionDriver
 
 __all__ = ["ReactorTimer", "WebSocketClientDriver", "WebSocketClientFactory", "websocket_url"]
-
-
-class ReactorTimer:
-    """What autobahn wants of its timer (``call_later`` returning something to ``cancel``),
-    on a given reactor. autobahn's own batched timer uses txaio's loop, the global reactor,
-    whatever reactor the factory was given."""
-
-    def __init__(self, reactor: Any) -> None:
-        self.reactor = reactor
-
-    def call_later(self, delay: float, fun: Any, *args: Any, **kwargs: Any) -> Any:
-        call = self.reactor.callLater(delay, fun, *args, **kwargs)
-        return _Cancellable(call)
-
-
-class _Cancellable:
-    def __init__(self, call: Any) -> None:
-        self.call = call
-
-    def cancel(self) -> None:
-        if self.call.active():
-            self.call.cancel()
 
 
 class WebSocketClientDriver(SessionDriver, websocket.WebSocketClientProtocol):  # type: ignore[misc]

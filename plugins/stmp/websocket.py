@@ -26,12 +26,13 @@ from autobahn.websocket.protocol import WebSocketProtocol
 
 from msgbroker.connection import Connection, ReadsTransport, no_delay
 from msgbroker.reasons import CloseReason
+from msgbroker.timers import ReactorTimer
 
 from .encoders import binary_frame, text_frames, ws_frame
 from .protocol import STMPWebSocketSession
 
 # the framings' serializers moved to encoders.py; importers of this module still find them
-__all__ = ["ReactorTimer", "STMPWebSocketFactory", "binary_frame", "text_frames", "ws_frame"]
+__all__ = ["STMPWebSocketFactory", "binary_frame", "text_frames", "ws_frame"]
 
 _CONNECTING, _OPEN = WebSocketProtocol.STATE_CONNECTING, WebSocketProtocol.STATE_OPEN
 _END_OF_HEAD = b"\r\n\r\n"
@@ -168,27 +169,6 @@ class STMPWebSocketProtocol(ReadsTransport, WebSocketServerProtocol):  # type: i
         super().resume_reading()
         if self.state == _OPEN:
             self.consumeData()  # what waited in autobahn's buffer meanwhile
-
-
-class ReactorTimer:
-    """What autobahn wants of its timer (``call_later`` returning something to ``cancel``),
-    on a given reactor. autobahn's own batched timer uses txaio's loop, the global reactor,
-    whatever reactor the factory was given."""
-
-    def __init__(self, reactor: Any) -> None:
-        self._reactor = reactor
-
-    def call_later(self, delay: float, fun: Any, *args: Any, **kwargs: Any) -> Any:
-        return _Cancellable(self._reactor.callLater(delay, fun, *args, **kwargs))
-
-
-class _Cancellable:
-    def __init__(self, call: Any) -> None:
-        self._call = call
-
-    def cancel(self) -> None:
-        if self._call.active():
-            self._call.cancel()
 
 
 class STMPWebSocketFactory(WebSocketServerFactory):
