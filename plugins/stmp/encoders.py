@@ -9,7 +9,8 @@ hub encodes once per group of recipients that share them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from msgbroker.message import Kind, Message
@@ -104,17 +105,12 @@ def binary_frame(message: codec.Message, inline: bool | None = None) -> bytes:
     return ws_frame(WS_BINARY, codec.encode_binary(message, with_ps=False))
 
 
-_serializers: dict[Framing, Serializer] = {
-    "binary": _binary,
-    "text": text_frames,
-    "frame": binary_frame,
-}
+# The three framings are the protocol's whole set (binary TCP, WebSocket text, WebSocket
+# binary frames); fixed at import, never changed at run time.
+SERIALIZERS: Mapping[Framing, Serializer] = MappingProxyType(
+    {"binary": _binary, "text": text_frames, "frame": binary_frame}
+)
 
 
 def serializer(framing: Framing) -> Serializer:
-    return _serializers[framing]
-
-
-def register_serializer(framing: Framing, function: Serializer) -> None:
-    """Add (or replace) a framing's serializer."""
-    _serializers[framing] = function
+    return SERIALIZERS[framing]
