@@ -166,3 +166,34 @@ def test_its_sub_command_publishes(broker, example_venv, tmp_path):
     assert done.returncode == 0, done.stderr
     assert sub.line() == "MSG news bob via the CLI"
     sub.close()
+
+
+TWISTED_CLIENT = """
+import sys
+from twisted.internet import defer, task
+from msgbroker_linepub.blocking import BlockingLinepubClient
+from msgbroker_linepub.client import connect
+
+@defer.inlineCallbacks
+def main(reactor, port):
+    got = defer.Deferred()
+    client = yield connect(reactor, "127.0.0.1", int(port), identity="alice",
+                           scheme="token", credential=b"a-token", on_message=got.callback)
+    yield client.subscribe("news")
+    with BlockingLinepubClient("127.0.0.1", int(port), "bob", "token", b"b-token") as other:
+        other.publish("news", "from the blocking client")
+    delivery = yield got
+    print(delivery.topic, delivery.sender, delivery.text)
+    yield client.close()
+
+task.react(main, sys.argv[1:])
+"""
+
+
+def test_its_twisted_and_blocking_clients_talk_through_the_broker(broker, example_venv):
+    done = subprocess.run(
+        [str(example_venv), "-c", TWISTED_CLIENT, str(broker["linepub"])],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["news bob from the blocking client"]

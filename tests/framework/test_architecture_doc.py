@@ -88,3 +88,16 @@ def test_the_close_reason_table_is_the_enum():
     table = _section("### Close reasons")
     rows = re.findall(r"^\| `([A-Z_]+)` \| ([^|]+?) \|", table, re.MULTILINE)
     assert rows == [(member.name, member.value) for member in CloseReason]
+
+
+PROTOCOL_SHAPE = {"codec", "protocol", "plugin", "client_session", "client", "blocking", "cli"}
+
+
+def test_every_protocol_package_has_the_same_shape():
+    protocols = [p for p in (ROOT / "plugins").iterdir() if (p / "protocol.py").exists()]
+    example = ROOT / "examples" / "linepub" / "src" / "msgbroker_linepub"
+    assert {p.name for p in protocols} == {"ssmp", "stmp", "mm2", "sbus"}
+    for package in [*protocols, example]:
+        stems = {m.removesuffix(".py") for m in _modules(package)}
+        assert stems >= PROTOCOL_SHAPE, f"{package.name} lacks {PROTOCOL_SHAPE - stems}"
+    assert "same shape" in DOC

@@ -12,7 +12,8 @@ from typing import Any
 
 from msgbroker.clientkit import cli as kit
 
-from .client import DEFAULT_PORT, BlockingLinepubClient, LinepubError
+from .blocking import BlockingLinepubClient
+from .client_session import DEFAULT_PORT, LinepubError
 
 NAME = "linepub"
 HELP = "linepub client (the example plugin): subscribe, publish"

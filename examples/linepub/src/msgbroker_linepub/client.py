@@ -1,121 +1,100 @@
-"""The linepub client: a small sans-IO session on msgbroker's client kit, and a blocking
-client that drives it over a socket (the kit does the socket, TLS and deadline loop)."""
+"""The Twisted linepub client: the kit's stream driver running :class:`LinepubSession`.
+
+    client = yield connect(reactor, "127.0.0.1", 4450, identity="alice",
+                           on_message=lambda d: print(d.topic, d.text))
+    yield client.subscribe("news")
+    yield client.publish("news", "hello")   # fires once the broker answered OK
+    yield client.close()
+
+Each request returns a Deferred that fires on ``OK`` and fails with :class:`LinepubError`
+on ``NO``; the kit fails what is pending when the connection ends.
+"""
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from attrs import frozen
+from twisted.internet import defer
+from twisted.logger import Logger
 
-from msgbroker.clientkit.blocking import BlockingClient, StreamChannel, open_tcp
-from msgbroker.clientkit.session import ClientSession, ConnectionClosed
-from msgbroker.errors import RemoteProtocolError
+from msgbroker.clientkit.protocol import (
+    ClientFactory,
+    StreamClientProtocol,
+    client_endpoint,
+    connect_client,
+)
 
 from . import codec
+from .blocking import BlockingLinepubClient
+from .client_session import DEFAULT_PORT, Delivery, LinepubClosed, LinepubError, LinepubSession
 
-DEFAULT_PORT = 4450
-
-
-class LinepubError(Exception):
-    """The broker answered ``NO <reason>``."""
-
-
-class LinepubClosed(ConnectionClosed):
-    """The connection ended."""
-
-
-@frozen
-class Delivery:
-    topic: str
-    sender: str
-    text: str
+__all__ = [
+    "DEFAULT_PORT",
+    "BlockingLinepubClient",
+    "Delivery",
+    "LinepubClient",
+    "LinepubClosed",
+    "LinepubError",
+    "LinepubSession",
+    "connect",
+]
 
 
-class LinepubSession(ClientSession):
-    """Requests are answered in order (``OK``, ``NO reason``, ``PONG``); ``MSG`` lines are
-    deliveries, ``MOTD`` is kept, and the broker's ``PING`` is answered at once."""
+class LinepubClient(StreamClientProtocol):
+    """A linepub connection; deliveries go to :meth:`on_message` (override it, or pass
+    ``on_message=`` to the constructor)."""
 
-    closed_error = LinepubClosed
-
-    def __init__(self, identity: str, scheme: str, credential: bytes | None) -> None:
-        super().__init__()
-        self.motd: str | None = None
-        self._waiting: deque[int] = deque()
-        self._buffer = b""
-        self._hello = codec.Hello(identity, scheme, credential)
-
-    def _started(self, now: float) -> None:
-        self.login = self._request(self._hello)
-
-    def request(self, request: codec.Request) -> int:
-        self.check_open()
-        return self._request(request)
-
-    def _request(self, request: codec.Request) -> int:
-        token = self._token()
-        self._waiting.append(token)
-        self._send(codec.encode_request(request))
-        return token
-
-    def _received(self, data: Any, now: float) -> None:
-        *lines, self._buffer = (self._buffer + data).split(b"\n")
-        for line in lines:
-            reply = codec.parse_reply(line)
-            if reply.kind == "MSG":
-                self._emit(Delivery(*reply.fields))
-            elif reply.kind == "MOTD":
-                self.motd = reply.fields[0]
-            elif reply.kind == "PING":
-                self._send(b"PING\n")  # its PONG answers nobody: a token of its own
-                self._waiting.append(self._token())
-            elif reply.kind == "ERR":
-                raise RemoteProtocolError(reply.fields[0])
-            elif not self._waiting:
-                raise RemoteProtocolError(f"an answer nobody asked for: {line!r}")
-            elif reply.kind == "NO":
-                self._fail(self._waiting.popleft(), LinepubError(reply.fields[0]))
-            else:
-                self._answer(self._waiting.popleft())
-
-
-class BlockingLinepubClient(BlockingClient):
-    """``with BlockingLinepubClient(host, port, "alice", "token", b"...") as c:
-    c.subscribe("news"); c.publish("news", "hi"); c.next_delivery()``."""
-
+    log = Logger(namespace="msgbroker_linepub.client")
+    client_name = "linepub client"
     session: LinepubSession
-    peer = "broker"
 
     def __init__(
         self,
-        host: str,
-        port: int = DEFAULT_PORT,
-        identity: str = "anonymous",
+        identity: str,
         scheme: str = "open",
         credential: bytes | None = None,
-        *,
-        ssl_context: Any = None,
-        timeout: float = 10.0,
+        clock: Any = None,
+        on_message: Callable[[Delivery], object] | None = None,
     ) -> None:
-        self.deliveries: deque[Delivery] = deque()
-        sock = open_tcp(host, port, timeout=timeout, ssl_context=ssl_context)
-        super().__init__(LinepubSession(identity, scheme, credential), StreamChannel(sock),
-                         timeout=timeout)  # fmt: skip
-        self._wait(self.session.login, timeout, "login answer")
+        super().__init__(LinepubSession(identity, scheme, credential), clock)
+        self._use_handlers(on_message=on_message)
 
-    def subscribe(self, topic: str) -> None:
-        self._wait(self.session.request(codec.Sub(topic)), self.timeout)
+    def on_message(self, delivery: Delivery) -> None:
+        """A message published to a topic this client subscribed to."""
 
-    def publish(self, topic: str, text: str) -> None:
-        self._wait(self.session.request(codec.Pub(topic, text)), self.timeout)
+    def when_logged_in(self) -> defer.Deferred[Any]:
+        return self._request(lambda: self.session.login)
 
-    def next_delivery(self, timeout: float | None = None) -> Delivery | None:
-        delivery: Delivery | None = self._next(self.deliveries, timeout)
-        return delivery
+    def subscribe(self, topic: str) -> defer.Deferred[Any]:
+        return self._request(lambda: self.session.request(codec.Sub(topic)))
 
-    def _event(self, event: Any) -> None:
-        self.deliveries.append(event)
+    def publish(self, topic: str, text: str) -> defer.Deferred[Any]:
+        return self._request(lambda: self.session.request(codec.Pub(topic, text)))
 
-    def _goodbye(self) -> None:
-        self.session.request(codec.Bye())
-        self._flush()
+    def _dispatch(self, event: Any) -> None:
+        self._deliver(self.on_message, event)
+
+
+def connect(
+    reactor: Any,
+    host: str,
+    port: int = DEFAULT_PORT,
+    *,
+    identity: str,
+    scheme: str = "open",
+    credential: bytes | None = None,
+    tls: Any = None,
+    on_message: Callable[[Delivery], object] | None = None,
+) -> defer.Deferred[Any]:
+    """Connect and log in; a Deferred of the logged-in :class:`LinepubClient`."""
+    endpoint = client_endpoint(reactor, host, port, tls=tls)
+    factory = ClientFactory(
+        LinepubClient,
+        identity=identity,
+        scheme=scheme,
+        credential=credential,
+        clock=reactor,
+        on_message=on_message,
+    )
+    return connect_client(endpoint, factory, lambda client: client.when_logged_in())
