@@ -50,7 +50,9 @@ def encode_delivery(message: Message) -> bytes | None:
 
 #: how a message carries its dotnet type through the hub (``Message.encoding``)
 DOTNET_HINT = "dotnet:"
-#: destination -> the 256 frame heads (seq 0, no properties) for payloads of 0..255 bytes
+#: destination -> the 256 frame heads (seq 0, no properties) for payloads of 0..255 bytes;
+#: module-level on purpose: pure bytes of the destination, the same for every broker in the
+#: process, bounded by clearing it past 1,024 destinations
 _heads: dict[str, list[bytes]] = {}
 
 

@@ -40,6 +40,8 @@ _VERB = {
     Kind.SUBSCRIBE: b"SUBSCRIBE",
     Kind.UNSUBSCRIBE: b"UNSUBSCRIBE",
 }
+# Module-level on purpose: a pure function of the id (whether it is a valid SSMP id, and its
+# bytes), the same for every broker in the process; bounded by clearing it past 8,192 ids.
 _valid_ids: dict[str, bytes | None] = {}
 
 
