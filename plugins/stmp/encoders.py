@@ -33,7 +33,7 @@ _DELIVERY_KINDS = {
     Kind.SUBSCRIBE: "subscribe",
     Kind.UNSUBSCRIBE: "unsubscribe",
 }
-# Module-level on purpose: one encoder per (framing, payload encoding), six at most, pure and
+# Module-level on purpose: one encoder per (framing, payload encoding), 18 at most, pure and
 # the same for every broker in the process; sharing one encoder is what lets a message
 # fanned out to many STMP peers be encoded once (Message.encoded memoizes per encoder).
 _encoders: dict[tuple[Framing, int], Callable[[Message], bytes | None]] = {}
