@@ -87,6 +87,48 @@ class FakeConnection:
         return self.protocol.connection.server
 
 
+class RecordingLink:
+    """A session's :class:`~msgbroker.session.Link` that records how it was asked to close
+    (``closed``: each reason, ``"abort"`` for an abort) and does nothing else: for testing an
+    :class:`~msgbroker.output.Output` or a :class:`~msgbroker.session.Session` alone."""
+
+    def __init__(self) -> None:
+        self.closed: list[CloseReason | str] = []
+
+    def close_transport(self, reason: CloseReason) -> None:
+        self.closed.append(reason)
+
+    def abort(self) -> None:
+        self.closed.append("abort")
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class RecordingTransportLink:
+    """A :class:`~msgbroker.connection.TransportLink` that records how the connection asked
+    it to end (``ended``: ``(reason, abort)`` pairs): for running a
+    :class:`~msgbroker.connection.Connection` on a :class:`MemoryWire`."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[CloseReason, bool]] = []
+
+    def end(self, reason: CloseReason, abort: bool) -> None:
+        self.ended.append((reason, abort))
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def certificate_names(self) -> frozenset[str] | None:
+        return None
+
+
 def make_broker(
     config: BrokerConfig | None = None,
     plugins: Iterable[Any] = (),

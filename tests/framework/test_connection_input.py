@@ -11,7 +11,7 @@ from msgbroker.broker import ProtocolSpec
 from msgbroker.connection import Connection, ServerSession
 from msgbroker.message import Kind, Message
 from msgbroker.reasons import CloseReason
-from msgbroker.testing import MemoryWire, drive, make_broker
+from msgbroker.testing import MemoryWire, RecordingTransportLink, drive, make_broker
 
 
 def encode(message: Message) -> bytes:
@@ -43,31 +43,12 @@ class Echoing(ServerSession):
         self.hub.multicast(None, Message(Kind.MCAST, "me", "echoing", "t", data))
 
 
-class Link:
-    """The transport side: records how it was asked to end."""
-
-    def __init__(self) -> None:
-        self.ended: list[tuple[CloseReason, bool]] = []
-
-    def end(self, reason: CloseReason, abort: bool) -> None:
-        self.ended.append((reason, abort))
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def certificate_names(self) -> None:
-        return None
-
-
 def broker_with_a_subscriber() -> tuple[Any, MemoryWire]:
     broker = make_broker()
     broker.protocols["echoing"] = ProtocolSpec("echoing", session=Echoing)
     # a subscriber on another connection, so that deliveries go through the batcher
     wire = MemoryWire()
-    Connection(broker, Echoing, Link(), wire)
+    Connection(broker, Echoing, RecordingTransportLink(), wire)
     subscriber = next(iter(broker.sessions))
     broker.hub.subscribe(subscriber, "t")
     return broker, wire
@@ -76,13 +57,14 @@ def broker_with_a_subscriber() -> tuple[Any, MemoryWire]:
 def test_options_reach_the_session_before_it_opens():
     broker, _ = broker_with_a_subscriber()
     wire = MemoryWire()
-    connection = Connection(broker, Echoing, Link(), wire, options={"greeting": b"hi"})
+    link = RecordingTransportLink()
+    connection = Connection(broker, Echoing, link, wire, options={"greeting": b"hi"})
     assert connection.server.greeting == b"hi" and bytes(wire.data) == b"hi"
 
 
 def test_packets_go_in_order_and_are_flushed_once_for_the_slice():
     broker, subscriber = broker_with_a_subscriber()
-    connection = Connection(broker, Echoing, Link(), MemoryWire())
+    connection = Connection(broker, Echoing, RecordingTransportLink(), MemoryWire())
     connection.packets_received([b"a", b"b", b"c"])
     assert connection.server.inputs == [b"a", b"b", b"c"]
     assert subscriber.writes == [b"<a><b><c>"]  # one write for the three
@@ -90,7 +72,7 @@ def test_packets_go_in_order_and_are_flushed_once_for_the_slice():
 
 def test_a_lazy_slice_stops_where_its_transport_stops_reading():
     broker, _ = broker_with_a_subscriber()
-    link = Link()
+    link = RecordingTransportLink()
     connection = Connection(broker, Echoing, link, MemoryWire())
 
     def read() -> Iterator[bytes]:

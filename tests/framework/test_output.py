@@ -9,24 +9,7 @@ from msgbroker.hub import HubStats
 from msgbroker.output import Batcher, OutputBudget, OutputPolicy, TransportOutput
 from msgbroker.reasons import CloseReason
 from msgbroker.session import Session
-from msgbroker.testing import MemoryWire
-
-
-class RecordingLink:
-    def __init__(self):
-        self.closed = []
-
-    def close_transport(self, reason):
-        self.closed.append(reason)
-
-    def abort(self):
-        self.closed.append("abort")
-
-    def pause_reading(self):
-        pass
-
-    def resume_reading(self):
-        pass
+from msgbroker.testing import MemoryWire, RecordingLink
 
 
 def make_output(max_backlog=10, drop=False, budget=None):

@@ -19,7 +19,7 @@ from msgbroker.plugins.mm2.window import HELD_OVERHEAD, WindowOutput
 from msgbroker.queues import QueueGroup
 from msgbroker.reasons import CloseReason
 from msgbroker.session import Session
-from msgbroker.testing import MemoryWire
+from msgbroker.testing import MemoryWire, RecordingLink
 from msgbroker.timers import Timers
 
 
@@ -54,30 +54,13 @@ class Recorder:
         return list(codec.FrameDecoder().feed(data))
 
 
-class Link:
-    def __init__(self):
-        self.closed = []
-
-    def close_transport(self, reason):
-        self.closed.append(reason)
-
-    def abort(self):
-        self.closed.append("abort")
-
-    def pause_reading(self):
-        pass
-
-    def resume_reading(self):
-        pass
-
-
 class Window:
     """A window output on a session of its own, with a fake clock for its timers."""
 
     def __init__(self, size=None, max_backlog=16 << 20, drop=False, budget=None, dotnet_id=None):
         self.clock = Clock()
         self.timers = Timers(self.clock.seconds)
-        self.link = Link()
+        self.link = RecordingLink()
         self.session = Session(protocol="mm2", encode=encode_delivery, stats=HubStats(),
                                link=self.link)  # fmt: skip
         self.out = Recorder()
@@ -348,7 +331,7 @@ def test_a_window_refused_by_the_budget_applies_its_own_policy():
 def test_the_window_writes_through_the_framework_output_and_both_hold_their_own():
     clock = Clock()
     budget = OutputBudget(limit=0)
-    link = Link()
+    link = RecordingLink()
     session = Session(protocol="mm2", encode=encode_delivery, stats=HubStats(), link=link)
     wire = MemoryWire()
     batcher = Batcher(clock)

@@ -16,7 +16,7 @@ from msgbroker.connection import Connection
 from msgbroker.plugins.sbus.addresses import Credentials
 from msgbroker.plugins.sbus.protocol import SbusServerSession
 from msgbroker.reasons import CloseReason
-from msgbroker.testing import MemoryWire, SessionDriver, drive, make_broker
+from msgbroker.testing import MemoryWire, RecordingTransportLink, SessionDriver, drive, make_broker
 
 ALICE = Credentials(pid=100, uid=1000, gid=1000)
 BOB = Credentials(pid=200, uid=1001, gid=1001)
@@ -276,23 +276,6 @@ def test_remembered_routes_deliver_exactly_what_the_hub_would(operations):
     assert run(operations, []) == run(operations, [Abstains()])
 
 
-class Link:
-    def __init__(self) -> None:
-        self.ended: list[CloseReason] = []
-
-    def end(self, reason: CloseReason, abort: bool) -> None:
-        self.ended.append(reason)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def certificate_names(self) -> None:
-        return None
-
-
 CONVERSATION = [
     b"SUB k/",
     b"CMSG !/cred/whoami",
@@ -320,7 +303,8 @@ def test_any_grouping_into_read_slices_gives_the_same_conversation(sizes):
     broker = make_broker()
     wire = MemoryWire()
     options = {"credentials": ALICE, "max_packet": 1000}
-    connection = Connection(broker, SbusServerSession, Link(), wire, options=options)
+    link = RecordingTransportLink()
+    connection = Connection(broker, SbusServerSession, link, wire, options=options)
     other = subscribed(broker, b"SUB k/a")
     at = 0
     for size in [*sizes, len(CONVERSATION)]:
@@ -339,12 +323,12 @@ def test_any_grouping_into_read_slices_gives_the_same_conversation(sizes):
 def test_nothing_in_a_slice_after_a_close_is_routed_even_on_a_remembered_key():
     broker = make_broker()
     subscriber = subscribed(broker, b"SUB k")
-    link = Link()
+    link = RecordingTransportLink()
     options = {"credentials": ALICE, "max_packet": 1000}
     connection = Connection(broker, SbusServerSession, link, MemoryWire(), options=options)
     connection.packets_received(iter([b"MSG k\0one"]))  # now remembered
     connection.packets_received(iter([b"MSG k\0two", b"BAD", b"MSG k\0three", b"SUB x"]))
-    assert link.ended == [CloseReason.PROTOCOL_ERROR]
+    assert [reason for reason, _ in link.ended] == [CloseReason.PROTOCOL_ERROR]
     assert subscriber.received_packets() == [b"MSG k\0one", b"MSG k\0two"]
     connection.packets_received(iter([b"MSG k\0four"]))  # closed: nothing more is taken
     assert subscriber.received_packets() == []
