@@ -69,6 +69,8 @@ class ListenerService(service.Service):
         self.endpoint = endpoint
         self.factory = factory
         self.port: Any = None
+        #: where it is bound, as the log says it (once listening)
+        self.address = ""
         self.setName(str(listener))
 
     def startService(self) -> None:
@@ -85,6 +87,7 @@ class ListenerService(service.Service):
         address = describe_address(result.getHost())
         if self.listener.is_tls:
             address = "tls:" + address.removeprefix("tcp:")
+        self.address = address
         self.broker.listening.append((self.listener, address))
         log.info(
             "{protocol} listening on {address}", protocol=self.listener.protocol, address=address
@@ -102,7 +105,15 @@ class ListenerService(service.Service):
             return None
         port, self.port = self.port, None
         stopped: defer.Deferred[None] = defer.maybeDeferred(port.stopListening)
-        return stopped
+        protocol, address = self.listener.protocol, self.address
+
+        def said(result: Any) -> Any:
+            log.info(
+                "{protocol} stopped listening on {address}", protocol=protocol, address=address
+            )
+            return result
+
+        return stopped.addCallback(said)
 
 
 class BrokerService(service.MultiService):

@@ -146,7 +146,7 @@ def makeService(
     if options.twistd:  # filter what it is about to log
         from .logs import filter_twistd_logging
 
-        filter_twistd_logging(options.config.log_level)
+        filter_twistd_logging(options.config.log_level, options.config.log_format)
     try:
         broker_service = BrokerService(options.config, reactor, broker_class)
         broker_service.exit_on_error = options.twistd
