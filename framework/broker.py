@@ -394,6 +394,19 @@ class Broker:
     def started(self) -> None:
         self.plugins.broker_started(self)
 
+    def stopping(self) -> None:
+        """The service begins to stop (``msgbroker_broker_stopping``)."""
+        self.plugins.broker_stopping(self)
+
+    def retire(self, session: Session) -> None:
+        """Shutdown: ``session`` leaves the routing core (its presence events reach the
+        sessions still in it) and handles no more input (its close reason is shutdown), but
+        keeps its output, which the service lets flush before it closes the connection.
+        :meth:`session_closed` does the rest when the connection is gone."""
+        if session.close_reason is None:
+            session.close_reason = CloseReason.SHUTDOWN
+        self.hub.close(session)
+
     def stopped(self) -> None:
         self.trimmer.cancel()
         self.rate_limited_log.flush()  # the counts of bursts still being counted

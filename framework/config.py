@@ -129,6 +129,8 @@ class BrokerConfig:
     listen_backlog: int = 1024
     log_level: str = "info"
     log_format: str = "text"
+    #: seconds connections get at shutdown to flush what they hold before they are cut
+    shutdown_grace: float = 10.0
     #: the plugins' sections as given, section name -> key -> value: the TOML file's
     #: ``[name]`` tables and the plugins' options from the command line (or top-level keys),
     #: under their keys in the section. The broker turns each declared section into its
@@ -190,6 +192,7 @@ class BrokerConfig:
             ("max-connections-per-address", self.max_connections_per_address),
             ("login-attempts", self.login_attempts),
             ("login-failure-delay", self.login_failure_delay),
+            ("shutdown-grace", self.shutdown_grace),
         ):
             if value < 0:
                 raise ConfigError(f"{name} must be 0 or more, not {value}")
@@ -241,6 +244,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("listen-backlog", "count", "Pending connections each listener queues [1024]."),
     Option("log-level", "str", "debug, info, warn or error [info]."),
     Option("log-format", "str", "text, or json: one JSON object per line [text]."),
+    Option("shutdown-grace", "float", "Seconds connections get to flush at shutdown [10]."),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}
 KNOWN_KEYS = frozenset(_BY_NAME)

@@ -88,11 +88,14 @@ def test_a_legacy_event_has_its_text_and_not_its_bookkeeping():
 def test_log_format_is_an_option_and_a_key(tmp_path):
     assert build_config(None, {"log-format": "json"}).log_format == "json"
     toml = tmp_path / "broker.toml"
-    toml.write_text('log-format = "json"\n')
-    assert build_config(str(toml), {}).log_format == "json"
+    toml.write_text('log-format = "json"\nshutdown-grace = 2.5\n')
+    config = build_config(str(toml), {})
+    assert (config.log_format, config.shutdown_grace) == ("json", 2.5)
     assert build_config(None, {}).log_format == "text"
     with pytest.raises(ConfigError, match="bad log-format 'xml': choose one of text, json"):
         build_config(None, {"log-format": "xml"})
+    with pytest.raises(ConfigError, match="shutdown-grace must be 0 or more"):
+        build_config(None, {"shutdown-grace": "-1"})
 
 
 def test_twistd_writes_every_line_as_json():
