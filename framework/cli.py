@@ -43,6 +43,23 @@ class CommandError(MsgbrokerError):
         self.status = status
 
 
+def version_line() -> str:
+    """``msgbroker 0.1.0 (Twisted 24.11.0, Python 3.11.2)``: the installed distribution's
+    version, and what it runs on."""
+    import platform
+    from importlib import metadata
+
+    try:
+        mine = metadata.version("msgbroker")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        mine = "unknown"
+    try:
+        twisted = metadata.version("twisted")
+    except metadata.PackageNotFoundError:
+        twisted = "unknown"
+    return f"{PROG} {mine} (Twisted {twisted}, Python {platform.python_version()})"
+
+
 def _warn(plugin: str, message: str) -> None:
     sys.stderr.write(f"{PROG}: warning: {message} (left out)\n")
 
@@ -65,6 +82,9 @@ def build_parser(plugins: Plugins | None = None) -> argparse.ArgumentParser:
         "(run the broker itself with `twistd -n msgbroker`).",
         epilog="Example, from two terminals: `msgbroker ssmp sub news` and "
         "`msgbroker ssmp pub news hello`.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=version_line(), help="print the version and exit"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     registered = plugins.commands(on_error=_warn)
@@ -121,6 +141,9 @@ def _list_plugins(plugins: Plugins, commands: Sequence[RegisteredCommand]) -> in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``msgbroker`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:
+        sys.stdout.write(version_line() + "\n")  # without loading a plugin
+        return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -96,6 +96,13 @@ class BrokerOptions(usage.Options):
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
 
+    def opt_version(self) -> None:
+        """Print msgbroker's version (and Twisted's and Python's) and exit."""
+        from .cli import version_line
+
+        sys.stdout.write(version_line() + "\n")
+        raise SystemExit(0)
+
     def parseOptions(self, options: Any = None) -> None:
         if not self.twistd:
             super().parseOptions(options)
