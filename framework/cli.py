@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import MsgbrokerError
 
@@ -60,6 +60,17 @@ def version_line() -> str:
     return f"{PROG} {mine} (Twisted {twisted}, Python {platform.python_version()})"
 
 
+class _Version(argparse.Action):
+    """``--version``, reading the version only when asked (every client starts quickly)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        sys.stdout.write(version_line() + "\n")
+        parser.exit()
+
+
 def _warn(plugin: str, message: str) -> None:
     sys.stderr.write(f"{PROG}: warning: {message} (left out)\n")
 
@@ -83,9 +94,7 @@ def build_parser(plugins: Plugins | None = None) -> argparse.ArgumentParser:
         epilog="Example, from two terminals: `msgbroker ssmp sub news` and "
         "`msgbroker ssmp pub news hello`.",
     )
-    parser.add_argument(
-        "--version", action="version", version=version_line(), help="print the version and exit"
-    )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     registered = plugins.commands(on_error=_warn)
     for entry in registered:

@@ -72,7 +72,9 @@ class ServerSession:
         self.keepalive: Keepalive | None = None
         self._login_timer: Timer | None = None
         if self.login_required:
-            self._login_timer = timers.call_later(broker.config.login_timeout, self.login_timed_out)
+            self._login_timer = timers.call_later(
+                broker.config.login_timeout, self.login_timed_out
+            )
 
     @staticmethod
     def encode(message: Message) -> bytes | None:
@@ -361,6 +363,7 @@ class StreamProtocol(ReadsTransport, TwistedProtocol):
             transport.abortConnection()
         else:
             transport.loseConnection()
+
 
 
 class StreamFactory(Factory):
