@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
 from msgbroker.plugins.systemd import notify
 from tests.ssmp.e2e_support import WAIT, LineReader, parse_address, stop_process, twistd_command
+
+UNIT = Path(__file__).parents[2] / "deploy" / "msgbroker.service"
 
 
 @pytest.fixture
@@ -82,9 +87,7 @@ def test_twistd_says_ready_once_listening_and_stopping_when_it_stops(notify_sock
 
 
 def test_the_unit_file_runs_it_as_a_hardened_notify_service():
-    from pathlib import Path
-
-    text = (Path(__file__).parents[2] / "deploy" / "msgbroker.service").read_text()
+    text = UNIT.read_text()
     settings: dict[str, list[str]] = {}
     for raw in text.splitlines():
         line = raw.strip()
@@ -110,3 +113,19 @@ def test_the_unit_file_runs_it_as_a_hardened_notify_service():
     grace = re.search(r"--shutdown-grace[ =](\d+)", exec_start)
     assert grace is not None
     assert int(settings["TimeoutStopSec"][0]) > int(grace.group(1))
+
+
+def test_systemd_accepts_every_line_of_the_unit_file(tmp_path):
+    """``systemd-analyze verify`` (where systemd is installed) knows every directive: a
+    misspelt one would be ignored by systemd, silently weakening the hardening."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    text = UNIT.read_text()
+    twistd = Path(sys.executable).with_name("twistd")
+    unit = tmp_path / "msgbroker.service"
+    unit.write_text(text.replace("/opt/msgbroker/bin/twistd", str(twistd)))
+    result = subprocess.run(
+        [analyze, "verify", str(unit)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), result
