@@ -91,8 +91,9 @@ class Broker:
             config.max_connections, config.max_connections_per_address
         )
         self.login_throttle = LoginThrottle(config.login_attempts)
-        #: one info line per limit (or per slow-consumer kind) per 10 s, with a count
-        self.rate_limited_log = RateLimitedLog(_log_info)
+        #: one info line per limit (per slow-consumer kind, per address whose logins
+        #: fail) per 10 s, and one more when the 10 s end, with a count
+        self.rate_limited_log = RateLimitedLog(_log_info, later=reactor.callLater)
         #: hands freed heap back to the system after large releases
         self.trimmer = Trimmer(reactor, _log_trim)
         self.hub.on_release = self.trimmer.released
@@ -323,13 +324,13 @@ class Broker:
             self.batcher.flush()  # presence events of a kicked holder
         else:
             throttle.failed(request.host, now)
-            log.info(
-                "{protocol} login refused for {identity!r} from {host} ({scheme}): {reason}",
-                protocol=request.protocol,
-                identity=request.identity,
-                host=request.host or "local",
-                scheme=request.scheme,
-                reason=result.reason,
+            # one line per address per 10 s: the first refusal, then how many followed
+            host = request.host or "local"
+            self.rate_limited_log(
+                f"login-refused {host}",
+                now,
+                f"{request.protocol} login refused for {request.identity!r} from {host} "
+                f"({request.scheme}): {result.reason}",
             )
         if self._login is not None:
             self._login(session=session, request=request, result=result)
@@ -366,7 +367,8 @@ class Broker:
             f"slow-drop {session.protocol}",
             self.reactor.seconds(),
             f"slow {session.protocol} consumer {session.identity or '-'} "
-            f"({session.host or 'local'}): {count} deliveries dropped",
+            f"({session.host or 'local'}): {count} deliveries dropped "
+            f"({session.dropped} in all)",
         )
 
     def _log_limit(self, peer: Peer, error: LimitExceeded) -> None:
@@ -392,8 +394,22 @@ class Broker:
     def started(self) -> None:
         self.plugins.broker_started(self)
 
+    def stopping(self) -> None:
+        """The service begins to stop (``msgbroker_broker_stopping``)."""
+        self.plugins.broker_stopping(self)
+
+    def retire(self, session: Session) -> None:
+        """Shutdown: ``session`` leaves the routing core (its presence events reach the
+        sessions still in it) and handles no more input (its close reason is shutdown), but
+        keeps its output, which the service lets flush before it closes the connection.
+        :meth:`session_closed` does the rest when the connection is gone."""
+        if session.close_reason is None:
+            session.close_reason = CloseReason.SHUTDOWN
+        self.hub.close(session)
+
     def stopped(self) -> None:
         self.trimmer.cancel()
+        self.rate_limited_log.flush()  # the counts of bursts still being counted
         self.plugins.broker_stopped(self)
 
 

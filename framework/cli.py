@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import MsgbrokerError
 
@@ -41,6 +41,34 @@ class CommandError(MsgbrokerError):
     def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
+
+
+def version_line() -> str:
+    """``msgbroker 0.1.0 (Twisted 24.11.0, Python 3.11.2)``: the installed distribution's
+    version, and what it runs on."""
+    import platform
+    from importlib import metadata
+
+    try:
+        mine = metadata.version("msgbroker")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        mine = "unknown"
+    try:
+        twisted = metadata.version("twisted")
+    except metadata.PackageNotFoundError:
+        twisted = "unknown"
+    return f"{PROG} {mine} (Twisted {twisted}, Python {platform.python_version()})"
+
+
+class _Version(argparse.Action):
+    """``--version``, reading the version only when asked (every client starts quickly)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        sys.stdout.write(version_line() + "\n")
+        parser.exit()
 
 
 def _warn(plugin: str, message: str) -> None:
@@ -66,6 +94,7 @@ def build_parser(plugins: Plugins | None = None) -> argparse.ArgumentParser:
         epilog="Example, from two terminals: `msgbroker ssmp sub news` and "
         "`msgbroker ssmp pub news hello`.",
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     registered = plugins.commands(on_error=_warn)
     for entry in registered:
@@ -121,6 +150,9 @@ def _list_plugins(plugins: Plugins, commands: Sequence[RegisteredCommand]) -> in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``msgbroker`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:
+        sys.stdout.write(version_line() + "\n")  # without loading a plugin
+        return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -56,6 +56,8 @@ SLOW_CONSUMER_POLICIES = ("disconnect", "drop")
 
 _Settings = TypeVar("_Settings")
 LOG_LEVELS = ("debug", "info", "warn", "error")
+#: text: twistd's lines; json: one JSON object per line (msgbroker.logs)
+LOG_FORMATS = ("text", "json")
 
 
 @frozen
@@ -126,6 +128,9 @@ class BrokerConfig:
     #: the accept backlog of every listener (the kernel caps it at net.core.somaxconn)
     listen_backlog: int = 1024
     log_level: str = "info"
+    log_format: str = "text"
+    #: seconds connections get at shutdown to flush what they hold before they are cut
+    shutdown_grace: float = 10.0
     #: the plugins' sections as given, section name -> key -> value: the TOML file's
     #: ``[name]`` tables and the plugins' options from the command line (or top-level keys),
     #: under their keys in the section. The broker turns each declared section into its
@@ -168,6 +173,10 @@ class BrokerConfig:
             raise ConfigError(
                 f"bad log-level {self.log_level!r}: choose one of {', '.join(LOG_LEVELS)}"
             )
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(
+                f"bad log-format {self.log_format!r}: choose one of {', '.join(LOG_FORMATS)}"
+            )
         for name, value in (
             ("login-timeout", self.login_timeout),
             ("keepalive", self.keepalive),
@@ -183,6 +192,7 @@ class BrokerConfig:
             ("max-connections-per-address", self.max_connections_per_address),
             ("login-attempts", self.login_attempts),
             ("login-failure-delay", self.login_failure_delay),
+            ("shutdown-grace", self.shutdown_grace),
         ):
             if value < 0:
                 raise ConfigError(f"{name} must be 0 or more, not {value}")
@@ -233,6 +243,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("block-timeout", "float", "Seconds sbus block may pause a publisher [1]."),
     Option("listen-backlog", "count", "Pending connections each listener queues [1024]."),
     Option("log-level", "str", "debug, info, warn or error [info]."),
+    Option("log-format", "str", "text, or json: one JSON object per line [text]."),
+    Option("shutdown-grace", "float", "Seconds connections get to flush at shutdown [10]."),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}
 KNOWN_KEYS = frozenset(_BY_NAME)

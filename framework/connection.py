@@ -205,7 +205,12 @@ class Connection:
         self.server = session_class(broker, self.session, self.timers, self, **(options or {}))
         self.server.opened()
 
+    # input to a session that is closing is not handled: it is being closed (or, at
+    # shutdown, flushes its output first, out of the routing core)
+
     def data_received(self, data: bytes) -> None:
+        if self.session.close_reason is not None:
+            return
         self.server.data_received(data)
         self.broker.batcher.flush()  # what this input caused: one write per recipient
 
@@ -213,6 +218,10 @@ class Connection:
         """Inputs that come whole, several per read (a packet transport's slice, maybe read
         lazily: it stops at the packet after which the session held its input or closed):
         to the session's ``packets_received``, then one flush for them all."""
+        if self.session.close_reason is not None:
+            for _ in packets:  # read and let go: unread, the socket would stay readable
+                pass
+            return
         self.server.packets_received(packets)
         self.broker.batcher.flush()
 
@@ -220,6 +229,8 @@ class Connection:
         """Input the transport glue decoded itself (a WebSocket message and its type), for a
         method of the server session: ``handle(*args)``, then the batch is flushed, as
         after :meth:`data_received`."""
+        if self.session.close_reason is not None:
+            return
         handle(*args)
         self.broker.batcher.flush()
 

@@ -283,6 +283,9 @@ class Plugins:
     def broker_started(self, broker: Broker) -> None:
         self._pm.hook.msgbroker_broker_started(broker=broker)
 
+    def broker_stopping(self, broker: Broker) -> None:
+        self._pm.hook.msgbroker_broker_stopping(broker=broker)
+
     def broker_stopped(self, broker: Broker) -> None:
         self._pm.hook.msgbroker_broker_stopped(broker=broker)
 

@@ -171,6 +171,12 @@ def msgbroker_broker_started(broker: Broker) -> None:
 
 
 @hookspec
+def msgbroker_broker_stopping(broker: Broker) -> None:
+    """The broker begins to stop (SIGTERM): its listeners are about to close, then its
+    connections get ``--shutdown-grace`` seconds to flush what they hold."""
+
+
+@hookspec
 def msgbroker_broker_stopped(broker: Broker) -> None:
     """The broker stopped: every connection is closed, every listener released."""
 

@@ -8,6 +8,7 @@ every rule here is tested with plain numbers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from attrs import define, field
 
@@ -15,23 +16,63 @@ from attrs import define, field
 @define
 class RateLimitedLog:
     """Says at most one line per ``key`` per ``interval`` seconds: ``emit(text, more)``,
-    where ``more`` counts the lines suppressed since the last one said for that key."""
+    where ``more`` counts the lines suppressed since the last one said for that key.
+
+    With ``later`` (``later(delay, call)``: a reactor's ``callLater``), what was suppressed
+    is also said when the key's interval ends, as the last suppressed line with the count
+    of the others, instead of waiting for a next line that may never come: a burst costs
+    one line when it starts and one per interval while it lasts. :meth:`flush` says what
+    is pending at once (the broker stops)."""
 
     emit: Callable[[str, int], None]
     interval: float = 10.0
+    later: Callable[[float, Callable[[], None]], Any] | None = None
     _last: dict[str, float] = field(factory=dict)
     _suppressed: dict[str, int] = field(factory=dict)
+    #: key -> the latest line suppressed, said when the interval ends (with ``later``)
+    _latest: dict[str, str] = field(factory=dict)
+    #: key -> the pending call that says it
+    _scheduled: dict[str, Any] = field(factory=dict)
 
     def __call__(self, key: str, now: float, text: str) -> None:
         last = self._last.get(key)
         if last is not None and now - last < self.interval:
             self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            if self.later is not None:
+                self._latest[key] = text
+                if key not in self._scheduled:
+                    due = last + self.interval
+                    self._scheduled[key] = self.later(
+                        max(0.0, due - now), lambda: self._interval_ended(key, due)
+                    )
             return
         if len(self._last) > 10_000:  # keys are bounded by what is configured, but be safe
+            self.flush()
             self._last.clear()
             self._suppressed.clear()
         self._last[key] = now
+        self._latest.pop(key, None)
+        call = self._scheduled.pop(key, None)
+        if call is not None:
+            call.cancel()
         self.emit(text, self._suppressed.pop(key, 0))
+
+    def _interval_ended(self, key: str, due: float) -> None:
+        self._scheduled.pop(key, None)
+        text = self._latest.pop(key, None)
+        if text is None:
+            return
+        self._last[key] = due  # the next interval starts with this line
+        self.emit(text, self._suppressed.pop(key, 1) - 1)
+
+    def flush(self) -> None:
+        """Say every suppressed line still pending now (the broker stops)."""
+        for key, call in list(self._scheduled.items()):
+            call.cancel()
+            text = self._latest.pop(key, None)
+            if text is not None:
+                self.emit(text, self._suppressed.pop(key, 1) - 1)
+        self._scheduled.clear()
 
 
 @define

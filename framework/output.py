@@ -56,6 +56,11 @@ class Output(Protocol):
     def stop(self) -> None:
         """Nothing more is written (the connection is being cut)."""
 
+    def when_drained(self, call: Callable[[], None]) -> None:
+        """Call ``call`` once what this output holds has been handed to the transport (at
+        once when it holds nothing); never once it is stopped. At shutdown the broker
+        closes each connection gracefully then (the transport flushes the rest)."""
+
 
 @frozen
 class OutputPolicy:
@@ -181,6 +186,7 @@ class TransportOutput:
 
     __slots__ = (
         "__weakref__",
+        "_drained",
         "_held",
         "_pending",
         "batcher",
@@ -212,6 +218,8 @@ class TransportOutput:
         self.held_bytes = 0
         self.paused = False
         self.stopped = False
+        #: called once the held backlog is written (:meth:`when_drained`)
+        self._drained: Callable[[], None] | None = None
         transport.registerProducer(self, True)
 
     def send(self, frame: bytes) -> None:
@@ -247,8 +255,18 @@ class TransportOutput:
 
     def stop(self) -> None:
         self.stopped = True
+        self._drained = None
         self._pending.clear()
         self._release()
+
+    def when_drained(self, call: Callable[[], None]) -> None:
+        if self.stopped:
+            return
+        self.flush()
+        if self._held:
+            self._drained = call  # resumeProducing writes the rest, then calls it
+        else:
+            call()
 
     # -- IPushProducer: the transport says when its buffer is full or empty -----------------
 
@@ -268,6 +286,9 @@ class TransportOutput:
             self.held_bytes -= len(data)
             write(data)
         self._report()
+        if not held and self._drained is not None:
+            drained, self._drained = self._drained, None
+            drained()
 
     def stopProducing(self) -> None:
         self.stop()

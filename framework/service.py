@@ -21,9 +21,6 @@ from .tls import server_context_factory
 
 log = Logger(namespace="msgbroker")
 
-#: how long stopService waits for connections to flush before aborting them
-SHUTDOWN_GRACE = 3.0
-
 
 def describe_address(address: Any) -> str:
     """``tcp:127.0.0.1:4444``, ``unix:/path`` ... for the log."""
@@ -69,6 +66,8 @@ class ListenerService(service.Service):
         self.endpoint = endpoint
         self.factory = factory
         self.port: Any = None
+        #: where it is bound, as the log says it (once listening)
+        self.address = ""
         self.setName(str(listener))
 
     def startService(self) -> None:
@@ -85,6 +84,7 @@ class ListenerService(service.Service):
         address = describe_address(result.getHost())
         if self.listener.is_tls:
             address = "tls:" + address.removeprefix("tcp:")
+        self.address = address
         self.broker.listening.append((self.listener, address))
         log.info(
             "{protocol} listening on {address}", protocol=self.listener.protocol, address=address
@@ -102,7 +102,15 @@ class ListenerService(service.Service):
             return None
         port, self.port = self.port, None
         stopped: defer.Deferred[None] = defer.maybeDeferred(port.stopListening)
-        return stopped
+        protocol, address = self.listener.protocol, self.address
+
+        def said(result: Any) -> Any:
+            log.info(
+                "{protocol} stopped listening on {address}", protocol=protocol, address=address
+            )
+            return result
+
+        return stopped.addCallback(said)
 
 
 class BrokerService(service.MultiService):
@@ -230,24 +238,46 @@ class BrokerService(service.MultiService):
 
     @defer.inlineCallbacks
     def stopService(self) -> Any:
-        # stop accepting, then close every session: each close sends its UNSUBSCRIBE events
-        # to the sessions still open, which flush them before their own close
+        """Stop accepting, then drain: every session leaves the routing core (newest first,
+        so each one's UNSUBSCRIBE presence events reach the sessions still open) and reads
+        nothing more; each connection is closed gracefully once its output is flushed;
+        those still open after ``--shutdown-grace`` seconds are aborted."""
         self._restore_signals()
+        self.broker.stopping()
         yield super().stopService()
-        sessions = list(reversed(self.broker.sessions))  # newest first
-        waits = [_connection_lost(s) for s in sessions]
+        broker = self.broker
+        sessions = [s for s in reversed(broker.sessions) if s.close_reason is None]
+        closing = [s for s in broker.sessions if s.close_reason is not None]
+        grace = broker.config.shutdown_grace
+        if sessions:
+            log.info(
+                "stopping: {count} connections get {grace:g} s to flush what they hold",
+                count=len(sessions),
+                grace=grace,
+            )
+        open_sessions = dict.fromkeys((*sessions, *closing))
+        waits = [_connection_lost(s, open_sessions) for s in open_sessions]
         for session in sessions:  # all presence events first, while every peer is open
-            session.close_reason = CloseReason.SHUTDOWN
-            self.broker.session_closed(session, CloseReason.SHUTDOWN)
-        self.broker.batcher.flush()
+            broker.retire(session)
+        broker.batcher.flush()
         for session in sessions:
-            session.link.close_transport(CloseReason.SHUTDOWN)
+            session.output.when_drained(_closer(self.reactor, session))
         if waits:
-            timeout = self.reactor.callLater(SHUTDOWN_GRACE, _abort_all, sessions)
+            timeout = self.reactor.callLater(grace, _abort_all, open_sessions, grace)
             yield defer.DeferredList(waits)
             if timeout.active():
                 timeout.cancel()
-        self.broker.stopped()
+        broker.stopped()
+
+
+def _closer(reactor: Any, session: Any) -> Any:
+    """Close ``session``'s connection gracefully, on the next turn: its output calls this
+    from inside its transport's write (a producer resumed), where closing is not for it."""
+
+    def drained() -> None:
+        reactor.callLater(0, session.link.close_transport, CloseReason.SHUTDOWN)
+
+    return drained
 
 
 def with_backlog(endpoint: str, backlog: int) -> str:
@@ -260,14 +290,25 @@ def with_backlog(endpoint: str, backlog: int) -> str:
     return endpoint
 
 
-def _connection_lost(session: Any) -> defer.Deferred[None]:
+def _connection_lost(session: Any, open_sessions: dict[Any, None]) -> defer.Deferred[None]:
     d: defer.Deferred[None] = defer.Deferred()
-    session.on_lost.append(lambda: d.callback(None))
+
+    def lost() -> None:
+        open_sessions.pop(session, None)
+        d.callback(None)
+
+    session.on_lost.append(lost)
     return d
 
 
-def _abort_all(sessions: list[Any]) -> None:
-    for session in sessions:
+def _abort_all(open_sessions: dict[Any, None], grace: float) -> None:
+    """The grace time is over: cut what is still open."""
+    log.info(
+        "{count} connections still open after {grace:g} s: cut",
+        count=len(open_sessions),
+        grace=grace,
+    )
+    for session in list(open_sessions):
         session.link.abort()
 
 

@@ -96,6 +96,13 @@ class BrokerOptions(usage.Options):
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
 
+    def opt_version(self) -> None:
+        """Print msgbroker's version (and Twisted's and Python's) and exit."""
+        from .cli import version_line
+
+        sys.stdout.write(version_line() + "\n")
+        raise SystemExit(0)
+
     def parseOptions(self, options: Any = None) -> None:
         if not self.twistd:
             super().parseOptions(options)
@@ -146,7 +153,7 @@ def makeService(
     if options.twistd:  # filter what it is about to log
         from .logs import filter_twistd_logging
 
-        filter_twistd_logging(options.config.log_level)
+        filter_twistd_logging(options.config.log_level, options.config.log_format)
     try:
         broker_service = BrokerService(options.config, reactor, broker_class)
         broker_service.exit_on_error = options.twistd

@@ -140,6 +140,11 @@ class WindowOutput:
         self.out.stop()
         self._let_go()
 
+    def when_drained(self, call) -> None:
+        """What the transport output holds is written; what the ack window holds is not:
+        it would wait for acknowledgements, and a stopping broker reads no more input."""
+        self.out.when_drained(call)
+
     def measure(self) -> int:
         return self.held_bytes
 

@@ -380,6 +380,12 @@ class Outbox:
         """The connection is being cut (the Output interface): :meth:`close`."""
         self.close()
 
+    def when_drained(self, call: Callable[[], None]) -> None:
+        """At once (the Output interface): the seqpacket transport's graceful close sends
+        what waits here before it closes."""
+        if not self.closed:
+            call()
+
     def close(self) -> None:
         """Forget every waiting packet and let the publishers this outbox paused go."""
         if self.closed:

@@ -239,17 +239,19 @@ class SbusServerSession(ServerSession):
     # -- ends ------------------------------------------------------------------------------
 
     def _protocol_error(self, reason: str) -> None:
-        log.info(
+        # what a client got wrong is debug, as in every protocol: it cannot flood the log
+        log.debug(
             "sbus client {identity} disconnected: {reason}", identity=self.identity, reason=reason
         )
         self.close(CloseReason.PROTOCOL_ERROR, reason)
 
     def _refused(self, action: str, topic: str) -> None:
-        log.info(
-            "sbus client {identity} may not {action} {topic!r}: disconnected",
-            identity=self.identity,
-            action=action,
-            topic=topic,
+        # a refusal is worth an info line, but a client that reconnects and asks again
+        # must not multiply it: one per identity per 10 s, with a count
+        self.broker.rate_limited_log(
+            f"sbus-refused {self.identity}",
+            self.timers.seconds(),
+            f"sbus client {self.identity} may not {action} {topic!r}: disconnected",
         )
         self.close(CloseReason.NOT_AUTHORIZED, f"{action} {topic!r}")
 

@@ -244,7 +244,7 @@ def test_slow_consumer_disconnect_and_drops_are_logged():
     dropping.session.send(b"d" * 200)
     drop_broker.batcher.flush()  # deliveries are written (or dropped) once per batch
     assert dropping.session.dropped == 1
-    assert drop_lines == ["slow ssmp consumer - (local): 1 deliveries dropped"]
+    assert drop_lines == ["slow ssmp consumer - (local): 1 deliveries dropped (1 in all)"]
 
 
 def test_holding_a_sessions_input_is_counted_per_holder():

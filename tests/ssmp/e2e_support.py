@@ -81,8 +81,11 @@ def running_broker(
     listeners: tuple[str, ...] = ("ssmp=tcp:0:interface=127.0.0.1",), **config: Any
 ) -> Iterator[RunningBroker]:
     """A broker in the shared reactor thread, listening on ``listeners`` (``PROTO=ENDPOINT``);
-    ``config`` are further :class:`BrokerConfig` fields. Stopped (clients closed) on exit."""
+    ``config`` are further :class:`BrokerConfig` fields. Stopped (clients closed) on exit,
+    within a 3-second shutdown grace unless ``shutdown_grace`` says otherwise: a test that
+    leaves a connection unread waits that long."""
     thread = reactor_thread()
+    config.setdefault("shutdown_grace", 3.0)
     broker_config = BrokerConfig(
         listeners=tuple(Listener.parse(text) for text in listeners), **config
     ).validate()
@@ -98,7 +101,7 @@ def running_broker(
         yield RunningBroker(service, host, port, thread)
     finally:
         if service.running:
-            thread.call(service.stopService)
+            thread.call(service.stopService, timeout=broker_config.shutdown_grace + WAIT)
 
 
 # -- a broker in a subprocess: twistd -n msgbroker --------------------------------------------
