@@ -203,6 +203,17 @@ class Broker:
         self._bind_hooks()
         return removed
 
+    def reload(self, config: BrokerConfig) -> None:
+        """Run on ``config``, read again (SIGHUP): every ``msgbroker_reload`` implementation
+        checks its part; when one refuses (``ConfigError``, re-raised here) nothing changes,
+        else each puts its part in place, in registration order, and ``config`` becomes
+        :attr:`config`. The plugins' sections are resolved as at construction."""
+        config = resolve_sections(config, self.plugins.config_sections())
+        commits = self.plugins.caller("msgbroker_reload")(broker=self, config=config)
+        for commit in reversed(commits):  # pluggy calls the latest registered first
+            commit()
+        self.config = config
+
     def listeners(self) -> tuple[Listener, ...]:
         """The configured listeners, or every protocol's default endpoint."""
         if self.config.listeners:
