@@ -269,15 +269,18 @@ class MM2ServerSession(ServerSession):
         properties = dict(frame.properties) or None
         destination = frame.destination
         hint = self.encoding_hint
+        broker = self.broker
         if destination.startswith("@"):
-            message = Message(Kind.UCAST, identity, "mm2", destination[1:], frame.payload,
-                              properties, hint)  # fmt: skip
+            target = destination[1:]
+            if broker.authorizes and not broker.authorize(session, "unicast", target):
+                raise RemoteProtocolError(f"not allowed to unicast to {target[:40]!r}")
+            message = Message(Kind.UCAST, identity, "mm2", target, frame.payload, properties,
+                              hint)  # fmt: skip
             try:
                 self.hub.unicast(message)
             except NoSuchIdentity:
                 log.debug("mm2 {who}: unicast to absent {to}", who=identity, to=destination)
             return
-        broker = self.broker
         if broker.authorizes and not broker.authorize(session, "publish", destination):
             raise RemoteProtocolError(f"not allowed to publish to {destination[:40]!r}")
         message = Message(Kind.MCAST, identity, "mm2", destination, frame.payload, properties, hint)
