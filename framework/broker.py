@@ -160,6 +160,7 @@ class Broker:
         """Resolve which observation hooks have implementations (hot-path rule)."""
         hooks = self.plugins.bind()
         self._authorize = hooks.authorize
+        self._authorize_per_topic = hooks.authorize_per_topic
         self._authenticate = hooks.authenticate
         self._opened = hooks.session_opened
         self._closed = hooks.session_closed
@@ -357,6 +358,14 @@ class Broker:
         """True when some plugin implements ``msgbroker_authorize`` (protocols skip the call
         otherwise)."""
         return self._authorize is not None
+
+    @property
+    def authorizes_per_topic(self) -> bool:
+        """True when every ``msgbroker_authorize`` implementation decides per topic
+        (:func:`msgbroker.per_topic`): one answer then stands for a run of requests with
+        the same session, action and topic, and for that topic until ``hub.generation``
+        changes. False without an implementation (nothing to ask)."""
+        return self._authorize_per_topic
 
     # -- plumbing ----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from attrs import frozen
 from .commands import DEFAULT_ORDER, RegisteredCommand, problem
 from .config import KNOWN_KEYS
 from .errors import ConfigError
+from .markers import PER_TOPIC
 from .pluginmanager import ErrorReport, PluginManager, build_plugin_manager, one_line
 from .sections import ConfigSection, check_sections
 
@@ -77,6 +78,8 @@ class BoundHooks:
     session_closed: SessionClosedHook | None
     message_routed: MessageRoutedHook | None
     run_routed: RunRoutedHook | None
+    #: every ``msgbroker_authorize`` implementation is marked :func:`~msgbroker.per_topic`
+    authorize_per_topic: bool = False
 
 
 @frozen
@@ -297,7 +300,13 @@ class Plugins:
             session_closed=self._bound("msgbroker_session_closed"),
             message_routed=self._bound("msgbroker_message_routed"),
             run_routed=self._bound("msgbroker_run_routed"),
+            authorize_per_topic=self._all_marked("msgbroker_authorize", PER_TOPIC),
         )
+
+    def _all_marked(self, hook_name: str, marker: str) -> bool:
+        """Whether the hook has implementations, each marked with ``marker``."""
+        impls = getattr(self._pm.hook, hook_name).get_hookimpls()
+        return bool(impls) and all(getattr(impl.function, marker, False) for impl in impls)
 
     def _bound(self, hook_name: str) -> Any:
         """The hook's caller; ``None`` when nobody implements it. With one implementation
