@@ -238,14 +238,22 @@ class MM2ServerSession(ServerSession):
     def _batch(self, batch: codec.MessageBatch) -> None:
         """Pipelined MESSAGEs to one destination: routed as one run when nothing needs to
         see them one by one (an extension reading messages, a dotnet type, a fragmented
-        message in progress, an authorization hook, a unicast); else frame by frame."""
+        message in progress, an authorization hook that asks per request or refuses the
+        destination, a unicast); else frame by frame."""
         destination = batch.destination
+        broker = self.broker
         if (
             self._incoming
             or self.encoding_hint is not None
             or self._reassembler.in_progress
-            or self.broker.authorizes
             or destination.startswith("@")
+            or (
+                broker.authorizes
+                and not (
+                    broker.authorizes_per_topic
+                    and broker.authorize(self.peer, "publish", destination)
+                )
+            )
         ):
             for frame in batch.frames():
                 self._message(frame)
