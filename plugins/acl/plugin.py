@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from msgbroker import hookimpl
+from msgbroker import hookimpl, per_topic
 from msgbroker.errors import NotAllowed, NotSubscribed
 
 from .policy import PATTERN_SUBSCRIBERS, Grants, Policy
@@ -40,13 +40,20 @@ SESSION_KEY = "acl"
 
 class AccessControl:
     """``msgbroker_authorize`` for a loaded ACL: refuses (``False``) what the policy does
-    not allow, and abstains (``None``) otherwise, so another plugin may still refuse."""
+    not allow, and abstains (``None``) otherwise, so another plugin may still refuse.
+
+    The answer depends on the session (its identity, certificate names and protocol), the
+    action and the topic only, so the hook is marked :func:`~msgbroker.per_topic`: the
+    protocols keep their runs of pipelined publishes (one answer per run) and sbus its
+    route cache. A new policy comes with a new :class:`AccessControl` (see the reload
+    hook), which moves the hub's generation and so forgets what was remembered."""
 
     def __init__(self, broker: Broker, policy: Policy) -> None:
         self.broker = broker
         self.policy = policy
 
     @hookimpl(tryfirst=True)
+    @per_topic
     def msgbroker_authorize(self, session: Session, action: str, topic: str | None) -> bool | None:
         grants = session.data.get(SESSION_KEY)
         if grants is None or grants.policy is not self.policy:
@@ -149,10 +156,9 @@ def msgbroker_reload(broker: Broker, config: BrokerConfig) -> Callable[[], None]
     policy = load_policy(path)  # a bad file refuses the reload; the old rules stay
 
     def put_in_place() -> None:
-        if active is None:
-            broker.add_plugin(AccessControl(broker, policy), name=ACTIVE)
-        else:
-            active.policy = policy
+        if active is not None:  # a new one: what the protocols remembered goes with it
+            broker.remove_plugin(name=ACTIVE)
+        broker.add_plugin(AccessControl(broker, policy), name=ACTIVE)
         dropped = revoke(broker, policy)
         log.info(
             "ACL reloaded: {what}{dropped}",

@@ -9,7 +9,9 @@ import pytest
 
 from msgbroker import BrokerConfig, ConfigError
 from msgbroker.plugins.acl import plugin as acl_plugin
-from msgbroker.testing import connect, make_broker
+from msgbroker.plugins.sbus.addresses import Credentials
+from msgbroker.reasons import CloseReason
+from msgbroker.testing import connect, drive, make_broker
 
 ACL = """\
 user alice
@@ -139,3 +141,18 @@ def test_the_acl_leaves_with_the_broker(tmp_path):
     broker = started(config(acl_file(tmp_path, ACL)))
     broker.stopped()
     assert not broker.authorizes
+
+
+def test_reload_forgets_the_routes_sbus_remembered(tmp_path):
+    """The ACL decides per topic, so an sbus publisher remembers the recipients of a key it
+    may publish on; a reload that refuses the key must end that at once."""
+    broker = started(config(acl_file(tmp_path, "user sbus:*\ntopic readwrite k/\n")))
+    sub = drive(broker, "sbus", host="", credentials=Credentials(1, 1000, 10))
+    sub.feed(b"SUB k/")
+    pub = drive(broker, "sbus", host="", credentials=Credentials(1, 1000, 11))
+    pub.feed(b"MSG k/a\0one")
+    pub.feed(b"MSG k/a\0two")  # from the remembered route
+    broker.reload(config(acl_file(tmp_path, "user sbus:*\ntopic read k/\n", "acl2")))
+    pub.feed(b"MSG k/a\0three")
+    assert pub.session.close_reason is CloseReason.NOT_AUTHORIZED
+    assert sub.received_packets() == [b"MSG k/a\0one", b"MSG k/a\0two"]
