@@ -27,6 +27,7 @@ import time
 import traceback
 from pathlib import Path
 
+import acl
 import journal
 import procs
 import sbus
@@ -40,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 ALIASES = {"1": "mcast", "2": "fanout", "3": "latency", "4": "stalled", "5": "idle",
            "6": "stmp-mcast", "7": "stmp-fanout", "8": "stmp-cross", "stmp": "stmp-all",
            "9": "mm2-mcast", "10": "mm2-ack", "11": "mm2-fanout", "mm2": "mm2-all",
-           **sbus.ALIASES, "sbus": "sbus-all", **journal.ALIASES}
+           **sbus.ALIASES, "sbus": "sbus-all", **journal.ALIASES, **acl.ALIASES}
 TARGETS = {
     ("mcast", "deliveries_per_s"): 1.5,
     ("fanout", "deliveries_per_s"): 5.0,
@@ -58,7 +59,8 @@ DEFAULT_SCENARIOS = "mcast,fanout,latency,stalled,idle"
 STMP_SCENARIOS = ["stmp-mcast", "stmp-fanout", "stmp-cross"]
 MM2_SCENARIOS = ["mm2-mcast", "mm2-ack", "mm2-fanout"]
 #: aliases that stand for several scenarios
-GROUPS = {"stmp-all": STMP_SCENARIOS, "mm2-all": MM2_SCENARIOS, "sbus-all": sbus.NAMES}
+GROUPS = {"stmp-all": STMP_SCENARIOS, "mm2-all": MM2_SCENARIOS, "sbus-all": sbus.NAMES,
+          "acl-all": acl.NAMES}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -162,7 +164,7 @@ def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Se
         return sbus_floor.start_relay(log_dir / f"relay-{tag}.log", server_cpus)
     if kind in sbus.SBUS_KINDS:
         return sbus.start_broker(kind, args, log_dir / f"broker-{tag}-{kind}.log", server_cpus)
-    if kind in ("ssmp", "stmp", "ssmp->stmp", "mm2", journal.KIND):
+    if kind in ("ssmp", "stmp", "ssmp->stmp", "mm2", journal.KIND, acl.KIND):
         extra = list(args.broker_arg)
         if args.max_backlog:
             extra += ["--max-backlog", args.max_backlog]
@@ -171,6 +173,9 @@ def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Se
         if kind == journal.KIND:
             return journal.start_broker(args, log_dir / f"broker-{tag}-{kind}.log", server_cpus,
                                         extra)
+        if kind == acl.KIND:
+            return acl.start_broker(args, log_dir / f"broker-{tag}-{kind}.log", server_cpus,
+                                    extra)
         return procs.Broker(args.python, log_dir / f"broker-{tag}.log", server_cpus, extra,
                             stmp=kind in ("stmp", "ssmp->stmp"), mm2=kind == "mm2")
     binary = procs.find_mosquitto(args.mosquitto)
@@ -193,7 +198,7 @@ def describe(name: str, r: dict) -> str:
     if "error" in r:
         return f"FAILED: {r['error']}"
     if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.NAMES,
-                *journal.NAMES):
+                *journal.NAMES, *acl.NAMES):
         if "deliveries_per_s" not in r:
             return (f"INCOMPLETE: {r['completed_subscribers']}/{r['subscribers']} subscribers "
                     f"complete, {r['delivered']:,} of {r['messages'] * r['subscribers']:,} "
@@ -208,7 +213,7 @@ def describe(name: str, r: dict) -> str:
         if name in STMP_SCENARIOS or name in MM2_SCENARIOS or name in sbus.NAMES:
             text += (f"; from the publisher's start {fmt(r['deliveries_per_s_from_start'])} "
                      f"{unit} ({r['from_start_s']:.3f} s)")
-        if name == "stmp-cross" or name in sbus.NAMES:
+        if name == "stmp-cross" or name in sbus.NAMES or name in acl.NAMES:
             text += (f"; server CPU {r['server_cpu_s']:.3f} s = "
                      f"{r['server_cpu_per_delivery_us']:.2f} us per delivery")
         text += (f"; CPU over {r['cpu_window_s']:.2f} s: server {100 * r['server_cpu_share']:.0f}%,"
@@ -445,6 +450,7 @@ SUMMARY = {
                     True)],
     **sbus.SUMMARY,
     **journal.SUMMARY,
+    **acl.SUMMARY,
 }
 
 
@@ -513,6 +519,8 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
             line += sbus.ratios(name, key, by_kind)
         elif name in journal.NAMES:
             line += journal.ratios(name, key, by_kind)
+        elif name in acl.NAMES:
+            line += acl.ratios(name, key, by_kind)
         elif set(by_kind) == {"ssmp", "mosquitto"}:
             ours = median_of(by_kind["ssmp"], key)
             theirs = median_of(by_kind["mosquitto"], key)

@@ -472,3 +472,9 @@ import journal  # noqa: E402
 
 SCENARIOS.update(journal.SCENARIOS)
 KINDS.update(journal.KINDS)
+
+# scenarios 18 and 19, the ACL's cost, live in bench/acl.py
+import acl  # noqa: E402
+
+SCENARIOS.update(acl.SCENARIOS)
+KINDS.update(acl.KINDS)

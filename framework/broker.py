@@ -161,6 +161,7 @@ class Broker:
         """Resolve which observation hooks have implementations (hot-path rule)."""
         hooks = self.plugins.bind()
         self._authorize = hooks.authorize
+        self._authorize_per_topic = hooks.authorize_per_topic
         self._authenticate = hooks.authenticate
         self._opened = hooks.session_opened
         self._closed = hooks.session_closed
@@ -203,6 +204,17 @@ class Broker:
         removed = self.plugins.unregister(plugin, name=name)
         self._bind_hooks()
         return removed
+
+    def reload(self, config: BrokerConfig) -> None:
+        """Run on ``config``, read again (SIGHUP): every ``msgbroker_reload`` implementation
+        checks its part; when one refuses (``ConfigError``, re-raised here) nothing changes,
+        else each puts its part in place, in registration order, and ``config`` becomes
+        :attr:`config`. The plugins' sections are resolved as at construction."""
+        config = resolve_sections(config, self.plugins.config_sections())
+        commits = self.plugins.caller("msgbroker_reload")(broker=self, config=config)
+        for commit in reversed(commits):  # pluggy calls the latest registered first
+            commit()
+        self.config = config
 
     def listeners(self) -> tuple[Listener, ...]:
         """The configured listeners, or every protocol's default endpoint."""
@@ -347,6 +359,14 @@ class Broker:
         """True when some plugin implements ``msgbroker_authorize`` (protocols skip the call
         otherwise)."""
         return self._authorize is not None
+
+    @property
+    def authorizes_per_topic(self) -> bool:
+        """True when every ``msgbroker_authorize`` implementation decides per topic
+        (:func:`msgbroker.per_topic`): one answer then stands for a run of requests with
+        the same session, action and topic, and for that topic until ``hub.generation``
+        changes. False without an implementation (nothing to ask)."""
+        return self._authorize_per_topic
 
     # -- plumbing ----------------------------------------------------------------------------
 

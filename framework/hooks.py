@@ -22,6 +22,7 @@ from attrs import frozen
 from .commands import DEFAULT_ORDER, RegisteredCommand, problem
 from .config import KNOWN_KEYS
 from .errors import ConfigError
+from .markers import PER_TOPIC
 from .pluginmanager import ErrorReport, PluginManager, build_plugin_manager, one_line
 from .sections import ConfigSection, check_sections
 
@@ -67,7 +68,8 @@ class RunRoutedHook(Protocol):
 @frozen
 class BoundHooks:
     """The observation hooks, each its caller (keyword arguments, as documented) or
-    ``None`` when no plugin implements it: a hook nobody implements costs nothing."""
+    ``None`` when no plugin implements it: a hook nobody implements costs nothing, and
+    one implemented once is that implementation, called directly."""
 
     authenticate: AuthenticateHook | None
     authorize: AuthorizeHook | None
@@ -76,6 +78,8 @@ class BoundHooks:
     session_closed: SessionClosedHook | None
     message_routed: MessageRoutedHook | None
     run_routed: RunRoutedHook | None
+    #: every ``msgbroker_authorize`` implementation is marked :func:`~msgbroker.per_topic`
+    authorize_per_topic: bool = False
 
 
 @frozen
@@ -299,10 +303,29 @@ class Plugins:
             session_closed=self._bound("msgbroker_session_closed"),
             message_routed=self._bound("msgbroker_message_routed"),
             run_routed=self._bound("msgbroker_run_routed"),
+            authorize_per_topic=self._all_marked("msgbroker_authorize", PER_TOPIC),
         )
 
+    def _all_marked(self, hook_name: str, marker: str) -> bool:
+        """Whether the hook has implementations, each marked with ``marker``."""
+        impls = getattr(self._pm.hook, hook_name).get_hookimpls()
+        return bool(impls) and all(getattr(impl.function, marker, False) for impl in impls)
+
     def _bound(self, hook_name: str) -> Any:
-        return getattr(self._pm.hook, hook_name) if self.implements(hook_name) else None
+        """The hook's caller; ``None`` when nobody implements it. With one implementation
+        (no wrapper), that implementation itself: what pluggy's caller would do for it, less
+        its per-call work (a copy of the implementations, the arguments checked against the
+        spec, the result loop), which was most of a per-request hook's cost."""
+        caller = getattr(self._pm.hook, hook_name)
+        impls = caller.get_hookimpls()
+        if not impls:
+            return None
+        if len(impls) > 1 or impls[0].hookwrapper or impls[0].wrapper:
+            return caller
+        impl = impls[0]
+        if set(impl.argnames) == set(caller.spec.argnames):
+            return impl.function  # called with the spec's names, as keywords
+        return functools.partial(_pick, impl.function, tuple(impl.argnames))
 
     def _each(self, hook_name: str) -> Iterator[tuple[str, Callable[..., None]]]:
         """Each implementation of a registration hook on its own, in registration order
@@ -317,6 +340,11 @@ class Plugins:
 def _call(function: Callable[..., None], argnames: tuple[str, ...], **kwargs: Any) -> None:
     """What pluggy does for one implementation: the arguments it asks for, positionally."""
     function(*(kwargs[name] for name in argnames))
+
+
+def _pick(function: Callable[..., Any], argnames: tuple[str, ...], **kwargs: Any) -> Any:
+    """:func:`_call`, returning the implementation's result (a firstresult hook's answer)."""
+    return function(*[kwargs[name] for name in argnames])
 
 
 def _raise(name: str, message: str) -> None:

@@ -181,6 +181,17 @@ def msgbroker_broker_stopped(broker: Broker) -> None:
     """The broker stopped: every connection is closed, every listener released."""
 
 
+@hookspec
+def msgbroker_reload(broker: Broker, config: BrokerConfig) -> Callable[[], None] | None:
+    """SIGHUP: the configuration was read again (``config``, the whole new one; the broker
+    still runs on ``broker.config``). Read and check what your plugin loads for it (its
+    files, its section), and raise :class:`~msgbroker.errors.ConfigError` to refuse the
+    reload: then nothing changes anywhere and one log line gives your message. Otherwise
+    return a callable that puts your new settings in place, or ``None`` when you have
+    nothing to change. The callables run only once every implementation has accepted, in
+    registration order, and must not fail. Existing connections stay open."""
+
+
 #: hooks whose return value matters; the rest are notifications
 FIRSTRESULT_HOOKS = ("msgbroker_authenticate", "msgbroker_authorize")
 

@@ -18,7 +18,9 @@ hub's business), and no ``message_routed`` observer. Every remembered key is for
 as soon as :attr:`Hub.generation` moves: every subscription, pattern or close bumps it,
 and so does the broker when its hooks change (a plugin added to a running broker may
 observe or authorize). Authorization is the broker's and not the hub's: a protocol does
-not remember keys while some plugin authorizes (``broker.authorizes``).
+not remember keys while some plugin authorizes each request (``broker.authorizes`` and not
+``broker.authorizes_per_topic``); a hook that decides per topic has answered for a key it
+allowed until the generation changes (adding or removing a plugin changes it).
 """
 
 from __future__ import annotations

@@ -238,14 +238,22 @@ class MM2ServerSession(ServerSession):
     def _batch(self, batch: codec.MessageBatch) -> None:
         """Pipelined MESSAGEs to one destination: routed as one run when nothing needs to
         see them one by one (an extension reading messages, a dotnet type, a fragmented
-        message in progress, an authorization hook, a unicast); else frame by frame."""
+        message in progress, an authorization hook that asks per request or refuses the
+        destination, a unicast); else frame by frame."""
         destination = batch.destination
+        broker = self.broker
         if (
             self._incoming
             or self.encoding_hint is not None
             or self._reassembler.in_progress
-            or self.broker.authorizes
             or destination.startswith("@")
+            or (
+                broker.authorizes
+                and not (
+                    broker.authorizes_per_topic
+                    and broker.authorize(self.peer, "publish", destination)
+                )
+            )
         ):
             for frame in batch.frames():
                 self._message(frame)
@@ -269,15 +277,18 @@ class MM2ServerSession(ServerSession):
         properties = dict(frame.properties) or None
         destination = frame.destination
         hint = self.encoding_hint
+        broker = self.broker
         if destination.startswith("@"):
-            message = Message(Kind.UCAST, identity, "mm2", destination[1:], frame.payload,
-                              properties, hint)  # fmt: skip
+            target = destination[1:]
+            if broker.authorizes and not broker.authorize(session, "unicast", target):
+                raise RemoteProtocolError(f"not allowed to unicast to {target[:40]!r}")
+            message = Message(Kind.UCAST, identity, "mm2", target, frame.payload, properties,
+                              hint)  # fmt: skip
             try:
                 self.hub.unicast(message)
             except NoSuchIdentity:
                 log.debug("mm2 {who}: unicast to absent {to}", who=identity, to=destination)
             return
-        broker = self.broker
         if broker.authorizes and not broker.authorize(session, "publish", destination):
             raise RemoteProtocolError(f"not allowed to publish to {destination[:40]!r}")
         message = Message(Kind.MCAST, identity, "mm2", destination, frame.payload, properties, hint)

@@ -192,7 +192,9 @@ class SbusServerSession(ServerSession):
         message.preencode(encode_message, data)  # sbus recipients get this very packet
         routes = self.routes
         self.hub.multicast(self.peer, message, routes.echo)
-        if not authorizes:  # the hook is asked per publish: nothing may skip it
+        # a hook that asks about each publish must see every one; one that decides per
+        # topic has answered for this key until the hub's generation changes
+        if not authorizes or broker.authorizes_per_topic:
             routes.remember(key, topic)
 
     def _subscribe(self, pattern: bytes) -> None:

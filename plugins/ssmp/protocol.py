@@ -165,11 +165,16 @@ class SSMPServerSession(ServerSession):
 
     def _mcast_run(self, event: codec.McastRun) -> None:
         """Pipelined MCASTs to one topic: routed as one run, answered with one write."""
-        if self.broker.authorizes:  # the hook is per request: take them one by one
-            skip = len(b"MCAST  ") + len(event.topic)
-            for line in event.block.split(b"\n")[:-1]:
-                self._mcast(codec.Mcast(event.topic, line[skip:], line))
-            return
+        broker = self.broker
+        if broker.authorizes:
+            if not broker.authorizes_per_topic:  # each request is asked about: one by one
+                skip = len(b"MCAST  ") + len(event.topic)
+                for line in event.block.split(b"\n")[:-1]:
+                    self._mcast(codec.Mcast(event.topic, line[skip:], line))
+                return
+            if not broker.authorize(self.peer, "publish", event.topic):  # for every one
+                self.reply(NOT_ALLOWED * event.count)
+                return
         identity: str = self.peer.identity  # type: ignore[assignment]
         run = MessageRun(
             Kind.MCAST,

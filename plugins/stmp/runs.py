@@ -5,9 +5,11 @@ with one write; STMP subscribers get their deliveries from a template filled in 
 payload. The outcome is byte for byte what the general path (one :class:`~.codec.Request`
 at a time through the router) gives; the tests compare the two.
 
-Anything the fast path does not know how to take (an authorization hook, a plugin that
-routes ``0.0.1.4`` itself, a request the general path would refuse) goes through the
-general path, in order.
+Anything the fast path does not know how to take (an authorization hook that asks about
+each request, a plugin that routes ``0.0.1.4`` itself, a request the general path would
+refuse, a publish to a topic the authorization hook refuses) goes through the general path,
+in order. An authorization hook that decides per topic (:func:`msgbroker.per_topic`) is
+asked once per stretch to one topic.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def takes(connection: STMPServerSession, run: RequestRun) -> bool:
         run.action == payloads.PUBLISH
         and run.encoding in payloads.STRUCTURED
         and connection.peer.identity is not None
-        and not connection.broker.authorizes
+        and (not connection.broker.authorizes or connection.broker.authorizes_per_topic)
         and _routed_to_builtin(connection.router.lookup(payloads.PUBLISH))
     )
 
@@ -98,7 +100,8 @@ def publish_run(connection: STMPServerSession, run: RequestRun) -> None:
     effect: consecutive publishes to one topic go out as one :class:`MessageRun` and one
     write of Ok responses; a request the fast path cannot read is flushed behind them and
     handed to the general path (which answers it as it should: 0x20 BadRequest...)."""
-    session, hub, block = connection.peer, connection.broker.hub, run.block
+    session, broker, block = connection.peer, connection.broker, run.block
+    hub = broker.hub
     identity = session.identity
     assert identity is not None  # takes() checked it
     if run.encoding == Encoding.JSON and _whole(connection, run, identity):
@@ -137,6 +140,12 @@ def publish_run(connection: STMPServerSession, run: RequestRun) -> None:
         if this != topic:
             if not flush():
                 return
+            if broker.authorizes and not broker.authorize(session, "publish", this):
+                topic = None  # refused: the general path answers it (0x23)
+                connection.received(run.request(start, end))
+                if connection.closed:
+                    return
+                continue
             topic = this
         datas.append(data)
         ids.append(block[start + 1 : start + 3])
@@ -156,12 +165,16 @@ def _whole(connection: STMPServerSession, run: RequestRun, identity: str) -> boo
     match = _CANONICAL_RUN.fullmatch(block)
     if match is None or block.count(_TOPIC_OPEN) != run.count:
         return False
+    topic = match.group(1).decode("ascii")
+    broker = connection.broker
+    if broker.authorizes and not broker.authorize(connection.peer, "publish", topic):
+        return False  # request by request: each is refused
     cut = _CUT.split(block)
     routed = MessageRun(
         Kind.MCAST,
         identity,
         "stmp",
-        match.group(1).decode("ascii"),
+        topic,
         run.count,
         partial(_DATA.findall, block),
         CanonicalPublishes(cut[2::2]),

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from msgbroker import BrokerConfig
+from msgbroker import BrokerConfig, hookimpl, per_topic
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.plugins.mm2 import codec
 from msgbroker.plugins.mm2.codec import (
@@ -100,8 +100,8 @@ def client(broker, identity, optional=("pubsub",)):
     return conn, codec.active_extensions(hello)
 
 
-def world():
-    broker = make_broker(BrokerConfig(auth=("open",)))
+def world(plugins=()):
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=plugins)
     plain, _ = client(broker, "plain")
     windowed, active = client(broker, "windowed", ("pubsub", "batch-ack:max-count=3"))
     typed, _ = client(broker, "typed", ("pubsub", "dotnet"))
@@ -154,9 +154,12 @@ def encode(item, dotnet_id):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(publishes())
 @example([("frame", MessageFrame(i, "a", b"m%d" % i)) for i in range(1, 6)])  # one run
-def test_pipelined_messages_give_what_one_at_a_time_gives(items):
-    fast = world()
-    slow = world()
+@pytest.mark.parametrize("guarded", [False, True])
+def test_pipelined_messages_give_what_one_at_a_time_gives(guarded, items):
+    """Also under an authorization hook that decides per topic (it refuses "b": the
+    publisher is closed at its first message there, either way)."""
+    fast = world([PerTopicGuard()] if guarded else [])
+    slow = world([PerTopicGuard()] if guarded else [])
     dotnet_id = fast[2].id_of("dotnet")
     fast[1].send(b"".join(encode(item, dotnet_id) for item in items))  # one write: batches
     for item in items:
@@ -187,3 +190,40 @@ def test_a_batch_is_routed_as_one_run(count):
     got = list(codec.FrameDecoder().feed(plain.received()))
     assert got == [MessageFrame(i, "a", b"x%d" % i) for i in range(1, count + 1)]
     assert broker.hub.stats.routed == count
+
+
+class PerTopicGuard:
+    """Decides per topic (msgbroker.per_topic): "b" is refused; counts what it is asked."""
+
+    def __init__(self):
+        self.asked = 0
+
+    @hookimpl
+    @per_topic
+    def msgbroker_authorize(self, session, action, topic):
+        self.asked += 1
+        return topic != "b"
+
+
+def test_a_per_topic_hook_is_asked_once_for_a_batch_it_allows():
+    guard = PerTopicGuard()
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=[guard])
+    (subscriber, _), (publisher, _) = client(broker, "s"), client(broker, "p")
+    subscriber.send(codec.encode_frame(codec.encode_pubsub(Subscribe("a"))))
+    asked = guard.asked
+    publisher.send(
+        b"".join(codec.encode_frame(MessageFrame(i, "a", b"x%d" % i)) for i in (1, 2, 3))
+    )
+    got = list(codec.FrameDecoder().feed(subscriber.received()))
+    assert got == [MessageFrame(i, "a", b"x%d" % i) for i in (1, 2, 3)]
+    assert guard.asked == asked + 1
+
+
+def test_a_batch_a_per_topic_hook_refuses_is_refused_at_its_first_message():
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=[PerTopicGuard()])
+    publisher, _ = client(broker, "p")
+    publisher.send(b"".join(codec.encode_frame(MessageFrame(i, "b", b"x")) for i in (1, 2, 3)))
+    (error,) = codec.FrameDecoder().feed(publisher.received())
+    assert error == codec.ErrorFrame("not allowed to publish to 'b'")
+    assert publisher.closed
+    assert broker.hub.stats.routed == 0

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msgbroker import BrokerConfig, hookimpl
+from msgbroker import BrokerConfig, hookimpl, per_topic
 from msgbroker.connection import Connection
 from msgbroker.plugins.sbus.addresses import Credentials
 from msgbroker.plugins.sbus.protocol import SbusServerSession
@@ -248,6 +248,20 @@ class Abstains:
         return None
 
 
+class PerTopicAbstains:
+    """Decides per topic (msgbroker.per_topic) and never refuses: routes are remembered,
+    and what is delivered is what the hub would deliver."""
+
+    def __init__(self):
+        self.asked = 0
+
+    @hookimpl
+    @per_topic
+    def msgbroker_authorize(self, session, action, topic):
+        self.asked += 1
+        return None
+
+
 KEYS = st.sampled_from([b"a", b"a/b", b"b"])
 PATTERNS = st.sampled_from([b"a", b"a/", b"*/b", b""])
 OPERATIONS = st.lists(
@@ -274,6 +288,22 @@ def run(operations: list[tuple[str, int, bytes]], plugins: list[Any]) -> list[li
 @given(OPERATIONS)
 def test_remembered_routes_deliver_exactly_what_the_hub_would(operations):
     assert run(operations, []) == run(operations, [Abstains()])
+    assert run(operations, []) == run(operations, [PerTopicAbstains()])
+
+
+def test_a_per_topic_hook_lets_a_key_be_remembered_until_the_hooks_change():
+    hook = PerTopicAbstains()
+    broker = make_broker(plugins=[hook])
+    subscriber = subscribed(broker, b"SUB k")
+    publisher = client(broker)
+    asked = hook.asked  # the SUB was asked about
+    for n in range(3):
+        publisher.feed(b"MSG k\0%d" % n)
+    assert hook.asked == asked + 1  # the first publish; then the route is remembered
+    broker.add_plugin(object(), name="another")  # the hooks change: asked again
+    publisher.feed(b"MSG k\0again")
+    assert hook.asked == asked + 2
+    assert subscriber.received_packets() == [b"MSG k\0" + m for m in (b"0", b"1", b"2", b"again")]
 
 
 CONVERSATION = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from msgbroker import BrokerConfig, hookimpl
+from msgbroker import BrokerConfig, hookimpl, per_topic
 from msgbroker.testing import connect, make_broker
 
 
@@ -399,6 +399,48 @@ def test_pipelined_mcasts_are_each_seen_by_message_routed_and_authorize():
     assert a.received() == b"200\n200\n405\n405\n"
     assert rec.payloads == [(b"1", {"ssmp": 1}), (b"2", {"ssmp": 1})]
     assert b.received() == b"000 a MCAST t 1\n000 a MCAST t 2\n"
+
+
+class CountingGuard:
+    """Refuses "secret"; counts what it is asked."""
+
+    def __init__(self):
+        self.asked = []
+
+    def msgbroker_authorize(self, session, action, topic):
+        self.asked.append(topic)
+        return topic != "secret"
+
+
+class PerTopicGuard(CountingGuard):
+    """Marked as deciding per topic (msgbroker.per_topic): a run is asked about once."""
+
+    @hookimpl
+    @per_topic
+    def msgbroker_authorize(self, session, action, topic):
+        return super().msgbroker_authorize(session, action, topic)
+
+
+class PerRequestGuard(CountingGuard):
+    @hookimpl
+    def msgbroker_authorize(self, session, action, topic):
+        return super().msgbroker_authorize(session, action, topic)
+
+
+@pytest.mark.parametrize(("guard", "asked"), [(PerTopicGuard, 2), (PerRequestGuard, 5)])
+def test_pipelined_mcasts_are_asked_about_per_run_or_per_request(guard, asked):
+    """A per-topic hook is asked once per run (and the run keeps its fast path); one that
+    asks about each request sees every MCAST. The answers are the same either way."""
+    hook = guard()
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=[hook])
+    a, b = login(broker, "a"), login(broker, "b")
+    b.send(b"SUBSCRIBE t\n")
+    b.received()
+    hook.asked.clear()
+    a.send(b"MCAST t 1\nMCAST t 2\nMCAST t 3\nMCAST secret 4\nMCAST secret 5\n")
+    assert a.received() == b"200\n200\n200\n405\n405\n"
+    assert b.received() == b"000 a MCAST t 1\n000 a MCAST t 2\n000 a MCAST t 3\n"
+    assert len(hook.asked) == asked
 
 
 def test_subscribe_over_a_limit_is_405_and_the_connection_stays_open():

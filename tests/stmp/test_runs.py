@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from msgbroker import BrokerConfig, hookimpl
+from msgbroker import BrokerConfig, hookimpl, per_topic
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.message import Kind, Message, MessageRun
 from msgbroker.plugins.stmp import codec, payloads, runs
@@ -254,10 +254,10 @@ def encode_publish(ident: int, item) -> bytes:
     return raw_request(ident, payloads.encode_payload(value, encoding), encoding)
 
 
-def world(observe):
+def world(observe, plugins=()):
     """Subscribers of every kind, and a publisher; with ``observe``, a ``message_routed``
     observer (which makes the hub route a run message by message) records what it sees."""
-    broker = make_broker()
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=plugins)
     seen = []
     if observe:
         broker.hub.observer = lambda message, result: seen.append(
@@ -292,6 +292,50 @@ def test_pipelined_publishes_give_what_one_at_a_time_gives(observe, items):
         assert fast.received() == slow.received()
     assert fast_seen == slow_seen
     assert fast_broker.hub.stats == slow_broker.hub.stats
+
+
+class RefuseB:
+    """An authorization hook that decides per topic (msgbroker.per_topic): no "b"."""
+
+    def __init__(self):
+        self.asked = 0
+
+    @hookimpl
+    @per_topic
+    def msgbroker_authorize(self, session, action, topic):
+        self.asked += 1
+        return topic != "b"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(PUBLISH_PAYLOADS, min_size=2, max_size=10))
+@example([("json", {"topic": "b", "data": f"m{i}"}) for i in range(3)])  # a whole run refused
+@example([("json", {"topic": t, "data": "x"}) for t in "aabba"])
+def test_with_a_per_topic_hook_runs_give_what_one_at_a_time_gives(items):
+    """The fast path asks a per-topic hook once per stretch to one topic, and hands the
+    publishes it refuses to the general path: byte for byte the same answers."""
+    stream = [encode_publish(i, item) for i, item in enumerate(items, 1)]
+    fast_broker, _, fast_pub, fast_subs = world(False, [RefuseB()])
+    fast_pub.send(b"".join(stream))
+    slow_broker, _, slow_pub, slow_subs = world(False, [RefuseB()])
+    for request in stream:
+        slow_pub.send(request)
+    assert fast_pub.received() == slow_pub.received()
+    for fast, slow in zip(fast_subs, slow_subs, strict=True):
+        assert fast.received() == slow.received()
+    assert fast_broker.hub.stats == slow_broker.hub.stats
+
+
+def test_a_per_topic_hook_is_asked_once_for_a_run():
+    guard = RefuseB()
+    broker = make_broker(BrokerConfig(auth=("open",)), plugins=[guard])
+    sub = subscriber(broker, "s", "a")
+    pub = publisher(broker)
+    asked = guard.asked
+    pub.send(b"".join(publish(i, "a", f"m{i}") for i in range(1, 6)))
+    assert responses(pub) == [Response(i, Status.OK) for i in range(1, 6)]
+    assert deliveries(sub) == [b"m1", b"m2", b"m3", b"m4", b"m5"]
+    assert guard.asked - asked == 1
 
 
 def test_a_run_of_canonical_publishes_reaches_every_protocol():
