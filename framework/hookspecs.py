@@ -91,14 +91,17 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
 
 @hookspec
 def msgbroker_register_auth_schemes(
-    register: Callable[[AuthScheme], None], config: BrokerConfig
+    register: Callable[[AuthScheme], None], config: BrokerConfig, broker: Broker
 ) -> None:
     """Register authentication schemes.
 
     Call ``register(scheme)`` with an object that has a ``name`` and an
-    ``authenticate(request) -> Accept | Deny`` method (:class:`msgbroker.auth.AuthScheme`).
-    ``config`` is the broker configuration (e.g. ``secret_file``). A scheme is offered to
-    clients only when ``--auth NAME`` enables it.
+    ``authenticate(request) -> Accept | Deny`` method (:class:`msgbroker.auth.AuthScheme`);
+    a slow check may answer with a Deferred instead (the ``password`` scheme hashes in a
+    thread of its own on ``broker.reactor``). ``config`` is the broker configuration
+    (e.g. ``secret_file``); ``broker`` the broker being built (its ``reactor``; its plugins'
+    ``state``). A scheme is offered to clients only when ``--auth NAME`` enables it, or
+    its ``implied_by(config)`` says its settings do (``password`` with ``--users``).
     """
 
 
@@ -173,6 +176,17 @@ def msgbroker_broker_started(broker: Broker) -> None:
 @hookspec
 def msgbroker_broker_stopped(broker: Broker) -> None:
     """The broker stopped: every connection is closed, every listener released."""
+
+
+@hookspec
+def msgbroker_reload(broker: Broker, config: BrokerConfig) -> Callable[[], None] | None:
+    """SIGHUP: the configuration was read again (``config``, the whole new one; the broker
+    still runs on ``broker.config``). Read and check what your plugin loads for it (its
+    files, its section), and raise :class:`~msgbroker.errors.ConfigError` to refuse the
+    reload: then nothing changes anywhere and one log line gives your message. Otherwise
+    return a callable that puts your new settings in place, or ``None`` when you have
+    nothing to change. The callables run only once every implementation has accepted, in
+    registration order, and must not fail. Existing connections stay open."""
 
 
 #: hooks whose return value matters; the rest are notifications
