@@ -282,7 +282,16 @@ class STMPServerSession(ServerSession):
             if not due():
                 return None
             error = failure.value
-            if isinstance(error, STMPStatusError):
+            if (
+                isinstance(error, STMPStatusError)
+                and request.action == payloads.LOGIN
+                and error.status == Status.UNAUTHORIZED
+            ):
+                # a login refused later is answered late too, and releases its hold then
+                self._refuse_login(request, error, framing)
+                if self.broker.config.login_failure_delay > 0:
+                    return None
+            elif isinstance(error, STMPStatusError):
                 self.respond(request, error.status, error.payload, framing)
             else:
                 log.failure(
