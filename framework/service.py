@@ -159,9 +159,11 @@ class BrokerService(service.MultiService):
     exit_on_error = False
 
     #: what SIGHUP reads again: the TOML file given with ``--config`` (None: none), and the
-    #: options of the command line, which override it (set by ``twistd msgbroker``)
+    #: options of the command line, which override it (set by ``twistd msgbroker``). A
+    #: service built otherwise (None) reloads its running configuration: the files it
+    #: names (users, TLS, secret) are read again
     config_file: str | None = None
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] | None = None
 
     #: signal number -> the handler it had before this service took it
     _previous_handlers: dict[int, Any]
@@ -222,9 +224,11 @@ class BrokerService(service.MultiService):
         broker = self.broker
         refusal = None
         try:
-            config = build_config(
-                self.config_file, self.overrides, lambda *_: broker.plugins.config_sections()
-            )
+            config = broker.config
+            if self.overrides is not None:
+                config = build_config(
+                    self.config_file, self.overrides, lambda *_: broker.plugins.config_sections()
+                )
             broker.reload(config)
         except ConfigError as e:
             refusal = str(e)

@@ -153,7 +153,7 @@ def makeService(
         broker_service = BrokerService(options.config, reactor, broker_class)
         broker_service.exit_on_error = options.twistd
         broker_service.config_file = options["config"]
-        broker_service.overrides = getattr(options, "overrides", {})
+        broker_service.overrides = getattr(options, "overrides", None)
         return broker_service
     except ConfigError as e:
         if options.twistd:

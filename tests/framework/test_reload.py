@@ -76,12 +76,14 @@ def test_a_bad_new_configuration_is_refused_before_any_plugin_sees_it():
     assert broker.enabled_schemes == ("open",)
 
 
-def test_the_framework_reloads_schemes_limits_and_the_throttle():
+def test_the_framework_reloads_schemes_limits_and_the_throttle(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
     broker = make_broker(BrokerConfig(auth=("open",)))
     broker.reload(
         BrokerConfig(
             auth=("secret",),
-            secret_file=None or __file__,
+            secret_file=str(secret),
             login_attempts=1.0,
             max_connections=7,
             max_connections_per_address=3,
@@ -133,3 +135,18 @@ def test_the_secret_file_is_read_again(tmp_path):
     d = drive(broker, "ssmp")
     d.feed(b"LOGIN bob secret two\n")  # the old secret stays
     assert d.received() == b"200\n"
+
+
+def test_the_log_level_follows_a_reload():
+    from twisted.logger import LogLevel
+
+    from msgbroker import logs
+
+    broker = make_broker(BrokerConfig(auth=("open",)))
+    try:
+        broker.reload(BrokerConfig(auth=("open",), log_level="debug"))
+        assert logs.log_filter.level == LogLevel.debug
+        broker.reload(BrokerConfig(auth=("open",), log_level="warn"))
+        assert logs.log_filter.level == LogLevel.warn
+    finally:
+        logs.set_level("info")

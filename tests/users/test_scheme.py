@@ -82,9 +82,7 @@ def test_reload_reads_the_users_file_again_and_refuses_a_bad_one(tmp_path):
     path.write_text("bob:not-a-hash\n")
     with pytest.raises(ConfigError, match="line 1: the hash of 'bob' is not an argon2 hash"):
         broker.reload(config)
-    d = drive(broker, "ssmp")
-    d.feed(b"LOGIN carol password b\n")  # bob's old password still works: nothing changed
-    d.feed(b"")
+    # nothing changed: bob's password still works
     d = drive(broker, "ssmp")
     d.feed(b"LOGIN bob password b\n")
     assert d.received() == b"200\n"
@@ -102,3 +100,17 @@ def test_reload_follows_a_new_path_for_the_users_file(tmp_path):
         broker.reload(
             BrokerConfig(auth=("password",), sections={"auth": {"users": str(tmp_path / "gone")}})
         )
+
+
+def test_a_service_built_without_twistd_reloads_its_running_configuration(tmp_path):
+    from msgbroker.plugins.users.passwords import hash_password
+    from tests.ssmp.e2e_support import running_broker
+
+    users = tmp_path / "users"
+    users.write_text(f"alice:{hash_password(b'one')}\n")
+    with running_broker(auth=("password",), sections={"auth": {"users": str(users)}}) as broker:
+        users.write_text(f"alice:{hash_password(b'two')}\n")
+        broker.call(broker.service.hangup)  # what SIGHUP calls
+        scheme = broker.service.broker.plugins.state(STATE, lambda: None)
+        assert passwords.verify(scheme.users["alice"], b"two")
+        assert broker.service.broker.config.auth == ("password",)  # not the defaults
