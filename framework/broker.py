@@ -22,7 +22,7 @@ from .errors import ConfigError, LimitExceeded
 from .hooks import Plugins
 from .hub import Hub, HubLimits, Peer
 from .limits import ConnectionLimits, LoginThrottle, RateLimitedLog
-from .logins import start_login
+from .logins import WaitingLogins, start_login
 from .memory import Trimmer, resident_bytes
 from .message import Encoder, Message, MessageRun, RouteResult
 from .output import Batcher, Output, OutputBudget, OutputPolicy
@@ -97,6 +97,8 @@ class Broker:
             config.max_connections, config.max_connections_per_address
         )
         self.login_throttle = LoginThrottle(config.login_attempts)
+        #: logins waiting for a check from their address to end (logins.py)
+        self.waiting_logins = WaitingLogins()
         #: one info line per limit (or per slow-consumer kind) per 10 s, with a count
         self.rate_limited_log = RateLimitedLog(_log_info)
         #: hands freed heap back to the system after large releases

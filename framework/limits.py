@@ -43,8 +43,10 @@ class LoginThrottle:
     ``rate`` 0 switches the throttle off.
 
     A login whose check takes a while (a password hash, verified in a thread) holds a
-    token while it is checked (:meth:`checking`, then :meth:`checked`): without that, an
-    address could start any number of guesses at once, all allowed before the first one
+    token while it is checked (:meth:`checking`, then :meth:`checked`), and another such
+    check from the address starts only when a token is free (:meth:`room`; the broker
+    keeps the login waiting meanwhile, it does not refuse it): without that, an address
+    could have any number of guesses checked at once, all allowed before the first one
     failed. Once decided it costs what any login costs: nothing when it succeeded, a token
     when it failed."""
 
@@ -63,7 +65,12 @@ class LoginThrottle:
         return min(burst, tokens + (now - then) * self.rate)
 
     def allows(self, host: str, now: float) -> bool:
-        """Whether a login from ``host`` may be tried now."""
+        """Whether a login from ``host`` may be tried now (else it is refused unheard)."""
+        return not self.rate or self._tokens(host, now) >= 1.0
+
+    def room(self, host: str, now: float) -> bool:
+        """Whether a login from ``host`` may start being checked now: a token is left that
+        no check under way holds (else it waits for one)."""
         if not self.rate:
             return True
         return self._tokens(host, now) - self._checking.get(host, 0) >= 1.0

@@ -5,11 +5,14 @@ A scheme whose check is slow (``password``: a memory-hard hash, tens of millisec
 answers with a Deferred instead of blocking the reactor; the login is then decided when it
 fires, on the reactor. While it is checked it holds one of its address's throttle tokens
 (:meth:`~msgbroker.limits.LoginThrottle.checking`), so one address cannot have more
-guesses checked at once than it may fail in a burst.
+guesses checked at once than it may fail in a burst; a login from an address whose tokens
+are all held waits (:class:`WaitingLogins`) until a check ends, so a burst of honest
+clients behind one address is served in turn, never refused.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,40 @@ if TYPE_CHECKING:
 
 log = Logger(namespace="msgbroker")
 
+#: logins from one address that may wait for a check to end; more are refused unheard
+MAX_WAITING = 10_000
+
+
+class WaitingLogins:
+    """Per address, the logins waiting for one of its checks under way to end."""
+
+    def __init__(self) -> None:
+        self._by_host: dict[str, deque[tuple[Session, Callable[[], None]]]] = {}
+
+    def add(self, host: str, session: Session, start: Callable[[], None]) -> bool:
+        """Keep ``start`` for later; False when the address has too many waiting."""
+        waiting = self._by_host.setdefault(host, deque())
+        if len(waiting) >= MAX_WAITING:
+            return False
+        waiting.append((session, start))
+        return True
+
+    def next(self, host: str, broker: Broker) -> None:
+        """A check from ``host`` ended: start the waiting logins whose sessions are still
+        open, oldest first, until the checks under way hold every token again (a login
+        refused meanwhile by an empty bucket is answered at once, as any would be)."""
+        waiting = self._by_host.get(host)
+        throttle = broker.login_throttle
+        while waiting:
+            now = broker.reactor.seconds()
+            if throttle.allows(host, now) and not throttle.room(host, now):
+                break
+            session, start = waiting.popleft()
+            if session in broker.sessions:
+                start()
+        if not waiting:
+            self._by_host.pop(host, None)
+
 
 def start_login(
     broker: Broker,
@@ -36,7 +73,18 @@ def start_login(
     :meth:`Broker.begin_login`); without ``wait``, at once: a scheme that answers later is
     refused."""
     throttle = broker.login_throttle
-    if not throttle.allows(request.host, broker.reactor.seconds()):
+    host, now = request.host, broker.reactor.seconds()
+    allowed = throttle.allows(host, now)
+    if allowed and wait and not throttle.room(host, now):
+        # its address's checks under way hold every token it has: wait for one to end
+
+        def start() -> None:
+            start_login(broker, session, request, decided, wait)
+
+        if broker.waiting_logins.add(host, session, start):
+            return
+        allowed = False
+    if not allowed:
         # too many failures from this address: refused unheard, logged rate-limited
         result: AuthResult = Deny("too many failed logins from this address")
         broker.limited("login-attempts", f"refused a login from {request.host or 'local'}")
@@ -58,20 +106,20 @@ def start_login(
         refused = Deny(f"the {request.scheme} scheme answers later: use Broker.begin_login")
         decided(login_decided(broker, session, request, refused))
         return
-    throttle.checking(request.host)  # holds a token while it is checked
+    throttle.checking(host)  # holds a token while it is checked
 
     def answered(result: Any) -> None:
-        throttle.checked(request.host)
+        throttle.checked(host)
         if not isinstance(result, Accept | Deny):
             log.error(
                 "auth scheme {scheme} answered {result!r}", scheme=request.scheme, result=result
             )
             result = Deny("auth scheme answered no result")
-        if session not in broker.sessions:  # gone meanwhile: nothing to log in
-            if isinstance(result, Deny):
-                throttle.failed(request.host, broker.reactor.seconds())
-            return
-        decided(login_decided(broker, session, request, result))
+        if session in broker.sessions:
+            decided(login_decided(broker, session, request, result))
+        elif isinstance(result, Deny):  # gone meanwhile: nothing to log in, but it counts
+            throttle.failed(host, broker.reactor.seconds())
+        broker.waiting_logins.next(host, broker)
 
     def failed(failure: Failure) -> None:
         log.failure("auth scheme {scheme} failed", failure, scheme=request.scheme)

@@ -82,33 +82,59 @@ def test_a_session_gone_before_the_answer_is_not_logged_in():
     assert broker.hub.lookup("alice") is None
 
 
-def test_a_pending_check_holds_a_throttle_token_so_guesses_cannot_pile_up():
+def test_checks_from_one_address_hold_its_tokens_and_the_others_wait_their_turn():
     broker, scheme = later_broker(login_attempts=2.0)
-    first, second, third = (drive(broker, "ssmp") for _ in range(3))
-    for d in (first, second, third):
-        d.feed(b"LOGIN alice later x\n")
-    assert len(scheme.waiting) == 2  # the third was refused unheard: two tokens, both held
-    broker.reactor.advance(1.0)
-    third.advance(0)
-    assert third.received() == b"401 later open\n"
-    scheme.answer(True)  # an accepted check gives its token back
-    scheme.answer(False)
-    assert first.received() == b"200\n"
+    drivers = [drive(broker, "ssmp") for _ in range(4)]
+    for number, d in enumerate(drivers):
+        d.feed(b"LOGIN u%d later x\n" % number)
+    # two tokens: two checks at once, the other logins wait (not refused)
+    assert [request.identity for request, _ in scheme.waiting] == ["u0", "u1"]
+    scheme.answer(True)  # accepted: its token is free again, the next check starts
+    assert [request.identity for request, _ in scheme.waiting] == ["u1", "u2"]
+    for _ in range(3):
+        scheme.answer(True)
+    assert [d.received() for d in drivers] == [b"200\n"] * 4  # an honest burst: all in
+
+
+def test_failures_empty_the_bucket_and_the_waiting_logins_are_refused_unheard():
+    broker, scheme = later_broker(login_attempts=2.0)
+    drivers = [drive(broker, "ssmp") for _ in range(4)]
+    for number, d in enumerate(drivers):
+        d.feed(b"LOGIN u%d later x\n" % number)
+    scheme.answer(False)  # one token left, held by u1's check: u2 still waits
+    assert [request.identity for request, _ in scheme.waiting] == ["u1"]
+    scheme.answer(False)  # none left: u2 and u3 are refused without a check
+    assert scheme.waiting == []
+    for d in drivers:
+        d.advance(1.0)
+    assert [d.received() for d in drivers] == [b"401 later open\n"] * 4
+    assert broker.hub.stats.refused == 2
+
+
+def test_a_waiting_login_whose_connection_closed_is_skipped():
+    broker, scheme = later_broker(login_attempts=1.0)
+    first, gone, third = (drive(broker, "ssmp") for _ in range(3))
+    for number, d in enumerate((first, gone, third)):
+        d.feed(b"LOGIN u%d later x\n" % number)
+    gone.lose()
+    scheme.answer(True)
+    assert [request.identity for request, _ in scheme.waiting] == ["u2"]
 
 
 def test_throttle_checking_and_checked():
     throttle = LoginThrottle(rate=1.0)
     throttle.checking("h")
-    assert not throttle.allows("h", 0.0)
+    assert throttle.allows("h", 0.0)  # not refused: it may wait
+    assert not throttle.room("h", 0.0)  # but no other check may start
     throttle.checked("h")
-    assert throttle.allows("h", 0.0)
+    assert throttle.room("h", 0.0)
     throttle.checking("h")
     throttle.checked("h")
     throttle.failed("h", 0.0)
     assert not throttle.allows("h", 0.5)
     off = LoginThrottle(rate=0.0)
     off.checking("h")
-    assert off.allows("h", 0.0)
+    assert off.allows("h", 0.0) and off.room("h", 0.0)
     off.checked("h")
 
 
