@@ -145,9 +145,10 @@ class Broker:
             raise ConfigError(f"two plugins register the auth scheme {scheme.name!r}")
         self.schemes[scheme.name] = scheme
 
-    def enabled_schemes_for(self, config: BrokerConfig) -> tuple[str, ...]:
+    def enabled_schemes_for(self, config: BrokerConfig, warn: bool = True) -> tuple[str, ...]:
         """The auth schemes ``config`` enables; ConfigError for one that is unknown or
-        cannot work (``cert`` without ``--tls-ca``)."""
+        cannot work (``cert`` without ``--tls-ca``). ``warn``: log that TLS listeners
+        without ``--tls-ca`` offer no ``cert`` (once, at start; not on every reload)."""
         names = list(config.auth or ("open",))
         # SSMP: "All servers that accept connections over TLS MUST allow authentication
         # through client certificates."
@@ -157,7 +158,7 @@ class Broker:
             names.append("cert")
         elif "cert" in names and not config.tls_ca:
             raise ConfigError("the cert scheme needs --tls-ca to verify client certificates")
-        elif has_tls and not config.tls_ca:
+        elif has_tls and not config.tls_ca and warn:
             log.warn(
                 "TLS listeners without --tls-ca: client certificates cannot be verified, "
                 "so the cert login scheme is not offered"

@@ -55,7 +55,7 @@ def prepare(broker: Broker, config: BrokerConfig) -> Callable[[], None]:
     """Check what the framework takes from ``config`` — the enabled auth schemes, the TLS
     certificate, key and CA (read and checked now, when there is a TLS listener) — and
     return what puts it in place; ConfigError when something cannot be used."""
-    schemes = broker.enabled_schemes_for(config)
+    schemes = broker.enabled_schemes_for(config, warn=False)
     tls = None
     if broker.tls is not None and config.tls_cert and config.tls_key:
         tls = ServerTLS.load(config.tls_cert, config.tls_key, config.tls_ca)
