@@ -24,6 +24,7 @@ Only the standard library; the broker runs on ``--python`` (default: this interp
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import socket
 import sys
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         help="extra twistd msgbroker argument, repeatable",
     )
     args = parser.parse_args(argv)
+    if os.sep in args.python:  # the broker runs elsewhere: a relative path would not do
+        args.python = os.path.abspath(args.python)
     procs.raise_nofile(args.connections + 1000)
     with tempfile.TemporaryDirectory(prefix="bruteforce") as tmp:
         directory = Path(tmp)
