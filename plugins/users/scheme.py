@@ -27,8 +27,11 @@ from msgbroker.config import BrokerConfig
 from . import passwords
 from .settings import users_settings
 
-#: at most this many passwords checked or waiting to be, in all; more are refused at once
-MAX_PENDING = 64
+#: at most this many passwords checked or waiting to be, in all; more are refused at once.
+#: Each waiting check is a connection's one login, so connections (--max-connections, 10,000
+#: by default) bound it too; this bounds it where they are not limited. A check costs about
+#: 30 ms of a core: 10,000 waiting is minutes of work, past any login timeout
+MAX_PENDING = 10_000
 
 
 class Verifier:
