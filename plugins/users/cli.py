@@ -16,11 +16,15 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from msgbroker.cli import CommandError
 
-from .passwords import PasswordFile, check_identity, hash_password, write_atomically
+if TYPE_CHECKING:
+    from .passwords import PasswordFile
+
+# the hashing (argon2) is imported when a users command runs, not whenever `msgbroker`
+# builds its list of commands
 
 NAME = "users"
 HELP = "add, remove and list the users of a password file (--users)"
@@ -73,6 +77,8 @@ def read_password(stdin: TextIO, prompt: bool) -> bytes:
 def _read(path: str, missing_ok: bool = False) -> PasswordFile:
     from msgbroker.errors import ConfigError
 
+    from .passwords import PasswordFile
+
     try:
         return PasswordFile.read(path, missing_ok=missing_ok)
     except ConfigError as e:
@@ -80,6 +86,8 @@ def _read(path: str, missing_ok: bool = False) -> PasswordFile:
 
 
 def _write(path: str, users: PasswordFile) -> None:
+    from .passwords import write_atomically
+
     try:
         write_atomically(path, users.text())
     except OSError as e:
@@ -87,6 +95,8 @@ def _write(path: str, users: PasswordFile) -> None:
 
 
 def _add(args: argparse.Namespace) -> int:
+    from .passwords import check_identity, hash_password
+
     try:
         identity = check_identity(args.identity)
     except ValueError as e:
