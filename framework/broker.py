@@ -15,21 +15,27 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 from twisted.logger import Logger
 
-from .auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
+from .auth import AuthResult, AuthScheme, Deny, LoginRequest, implied_by
 from .config import BrokerConfig, Listener, resolve_sections
 from .connection import StreamFactory
 from .errors import ConfigError, LimitExceeded
 from .hooks import Plugins
 from .hub import Hub, HubLimits, Peer
 from .limits import ConnectionLimits, LoginThrottle, RateLimitedLog
+from .logins import WaitingLogins, start_login
 from .memory import Trimmer, resident_bytes
 from .message import Encoder, Message, MessageRun, RouteResult
 from .output import Batcher, Output, OutputBudget, OutputPolicy
 from .pluginmanager import build_plugin_manager
 from .reasons import CloseReason
+from .reloading import keep_restart_only
+from .reloading import prepare as prepare_reload
 from .session import Link, Session
+from .tls import ServerTLS
 
 if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
     from .connection import ServerSession
 
 log = Logger(namespace="msgbroker")
@@ -91,6 +97,8 @@ class Broker:
             config.max_connections, config.max_connections_per_address
         )
         self.login_throttle = LoginThrottle(config.login_attempts)
+        #: logins waiting for a check from their address to end (logins.py)
+        self.waiting_logins = WaitingLogins()
         #: one info line per limit (per slow-consumer kind, per address whose logins
         #: fail) per 10 s, and one more when the 10 s end, with a count
         self.rate_limited_log = RateLimitedLog(_log_info, later=reactor.callLater)
@@ -120,8 +128,10 @@ class Broker:
         self.protocols: dict[str, ProtocolSpec] = {}
         self.plugins.register_protocols(self._register_protocol)
         self.schemes: dict[str, AuthScheme] = {}
-        self.plugins.register_auth_schemes(self._register_scheme, self.config)
-        self.enabled_schemes = self._enabled_schemes()
+        self.plugins.register_auth_schemes(self._register_scheme, self.config, self)
+        self.enabled_schemes = self.enabled_schemes_for(self.config)
+        #: the TLS listeners' server context, made by :meth:`server_tls` for the first one
+        self.tls: ServerTLS | None = None
         self._bind_hooks()
 
     # -- registration ----------------------------------------------------------------------
@@ -136,21 +146,26 @@ class Broker:
             raise ConfigError(f"two plugins register the auth scheme {scheme.name!r}")
         self.schemes[scheme.name] = scheme
 
-    def _enabled_schemes(self) -> tuple[str, ...]:
-        names = list(self.config.auth or ("open",))
+    def enabled_schemes_for(self, config: BrokerConfig, warn: bool = True) -> tuple[str, ...]:
+        """The auth schemes ``config`` enables; ConfigError for one that is unknown or
+        cannot work (``cert`` without ``--tls-ca``). ``warn``: log that TLS listeners
+        without ``--tls-ca`` offer no ``cert`` (once, at start; not on every reload)."""
+        names = list(config.auth or ("open",))
         # SSMP: "All servers that accept connections over TLS MUST allow authentication
         # through client certificates."
         # It needs a CA to verify certificates against: without --tls-ca none is requested.
         has_tls = any(listener.is_tls for listener in self.listeners())
-        if has_tls and self.config.tls_ca and "cert" not in names:
+        if has_tls and config.tls_ca and "cert" not in names:
             names.append("cert")
-        elif "cert" in names and not self.config.tls_ca:
+        elif "cert" in names and not config.tls_ca:
             raise ConfigError("the cert scheme needs --tls-ca to verify client certificates")
-        elif has_tls and not self.config.tls_ca:
+        elif has_tls and not config.tls_ca and warn:
             log.warn(
                 "TLS listeners without --tls-ca: client certificates cannot be verified, "
                 "so the cert login scheme is not offered"
             )
+        # a scheme its own settings enable (password with --users)
+        names += [name for name, scheme in self.schemes.items() if implied_by(scheme, config)]
         for name in names:
             if name not in self.schemes:
                 known = ", ".join(sorted(self.schemes)) or "none"
@@ -205,16 +220,36 @@ class Broker:
         self._bind_hooks()
         return removed
 
+    def server_tls(self) -> ServerTLS:
+        """The server context every TLS listener makes its connections with (from
+        ``--tls-cert``, ``--tls-key`` and ``--tls-ca``; a reload replaces what it holds)."""
+        if self.tls is None:
+            config = self.config
+            if not (config.tls_cert and config.tls_key):
+                raise ConfigError("a TLS listener needs --tls-cert and --tls-key")
+            self.tls = ServerTLS.load(config.tls_cert, config.tls_key, config.tls_ca)
+        return self.tls
+
     def reload(self, config: BrokerConfig) -> None:
-        """Run on ``config``, read again (SIGHUP): every ``msgbroker_reload`` implementation
-        checks its part; when one refuses (``ConfigError``, re-raised here) nothing changes,
-        else each puts its part in place, in registration order, and ``config`` becomes
-        :attr:`config`. The plugins' sections are resolved as at construction."""
+        """Take a configuration read again (SIGHUP): ``config`` is the whole new one.
+        Every participant checks what it needs first — the framework (auth schemes, TLS
+        files; :mod:`msgbroker.reloading`), then each ``msgbroker_reload`` implementation
+        (its files, its section) — and when any refuses, :class:`ConfigError` is raised and
+        nothing has changed. Otherwise each puts its new settings in place, in
+        registration order, and ``config`` becomes :attr:`config`. Existing connections stay
+        open; settings that shaped what was built at start keep their running values
+        (:data:`msgbroker.reloading.RESTART_ONLY`, named in one log line when changed)."""
+        config, restart_only = keep_restart_only(self.config, config.validate())
         config = resolve_sections(config, self.plugins.config_sections())
-        commits = self.plugins.caller("msgbroker_reload")(broker=self, config=config)
-        for commit in reversed(commits):  # pluggy calls the latest registered first
+        commits = [prepare_reload(self, config), *self.plugins.reload(self, config)]
+        for commit in commits:
             commit()
         self.config = config
+        if restart_only:
+            log.warn(
+                "changed in the configuration, but only a restart applies it: {names}",
+                names=", ".join(restart_only),
+            )
 
     def listeners(self) -> tuple[Listener, ...]:
         """The configured listeners, or every protocol's default endpoint."""
@@ -301,9 +336,9 @@ class Broker:
 
     # -- decisions -------------------------------------------------------------------------
 
-    def authenticate(self, request: LoginRequest) -> AuthResult:
+    def authenticate(self, request: LoginRequest) -> AuthResult | Deferred[AuthResult]:
         """Decide a login: disabled scheme -> Deny; then ``msgbroker_authenticate``; then the
-        scheme itself. Overridable."""
+        scheme itself, which may answer later (a Deferred). Overridable."""
         if request.scheme not in self.enabled_schemes:
             return Deny(f"scheme {request.scheme!r} is not enabled")
         if request.scheme == "open" and not self.config.auth and not request.is_loopback:
@@ -315,38 +350,23 @@ class Broker:
         return self.schemes[request.scheme].authenticate(request)
 
     def login(self, session: Session, request: LoginRequest) -> AuthResult:
-        """Authenticate and, when accepted, register the identity in the hub (kicking an
-        older holder). Calls ``msgbroker_session_login`` either way."""
-        now = self.reactor.seconds()
-        throttle = self.login_throttle
-        if not throttle.allows(request.host, now):
-            # too many failures from this address: refused unheard, logged rate-limited
-            result: AuthResult = Deny("too many failed logins from this address")
-            self.limited("login-attempts", f"refused a login from {request.host or 'local'}")
-            if self._login is not None:
-                self._login(session=session, request=request, result=result)
-            return result
-        try:
-            result = self.authenticate(request)
-        except Exception:
-            log.failure("auth scheme {scheme} failed", scheme=request.scheme)
-            result = Deny("auth scheme raised")
-        if isinstance(result, Accept):
-            self.hub.login(session, result.identity)
-            self.batcher.flush()  # presence events of a kicked holder
-        else:
-            throttle.failed(request.host, now)
-            # one line per address per 10 s: the first refusal, then how many followed
-            host = request.host or "local"
-            self.rate_limited_log(
-                f"login-refused {host}",
-                now,
-                f"{request.protocol} login refused for {request.identity!r} from {host} "
-                f"({request.scheme}): {result.reason}",
-            )
-        if self._login is not None:
-            self._login(session=session, request=request, result=result)
-        return result
+        """Decide a login at once: :meth:`begin_login` for a protocol that cannot wait.
+        A scheme that answers later (``password``) is refused here."""
+        results: list[AuthResult] = []
+        start_login(self, session, request, results.append, wait=False)
+        return results[0]
+
+    def begin_login(
+        self, session: Session, request: LoginRequest, decided: Callable[[AuthResult], None]
+    ) -> None:
+        """Decide a login and call ``decided(result)`` once: before returning when the
+        scheme answers at once, later on the reactor when it answers with a Deferred (the
+        ``password`` scheme verifies its hash in a thread). When accepted, the identity is
+        registered in the hub (kicking an older holder) before ``decided`` is called;
+        ``msgbroker_session_login`` is called either way. A session that closed before a
+        late answer is not called back (nor logged in). Meanwhile the protocol handles
+        nothing else the peer sent (requests take effect in order)."""
+        start_login(self, session, request, decided, wait=True)
 
     def authorize(self, session: Session, action: str, topic: str | None) -> bool:
         """``msgbroker_authorize``; allowed when no plugin implements it or all abstain."""

@@ -7,7 +7,7 @@ replace the file's value for that key.
 Example::
 
     listen = ["ssmp=tcp:4444:interface=127.0.0.1", "ssmp=tls:4443"]
-    auth = ["secret", "cert"]
+    auth = ["secret", "cert"]            # or, in an [auth] table: schemes = [...]
     secret-file = "/etc/msgbroker/secret"
     tls-cert = "/etc/msgbroker/server.pem"
     tls-key = "/etc/msgbroker/server.key"
@@ -38,7 +38,7 @@ from attrs import evolve, field, frozen
 
 from .errors import ConfigError
 from .options import Option, as_list, convert
-from .sections import ConfigSection, check_sections
+from .sections import OPTION_TABLES, ConfigSection, check_sections
 
 __all__ = [
     "OPTIONS",
@@ -275,6 +275,15 @@ def from_mapping(
         tables[section] = {**{k: v for k, v in kept if _key(k) != key}, key: value}
 
     for raw_key, value in values.items():
+        if isinstance(value, Mapping) and _key(raw_key) in OPTION_TABLES:
+            # [auth]: its schemes are the broker's option, the rest a plugin's section
+            listed, inner = _BY_NAME[_key(raw_key)], OPTION_TABLES[_key(raw_key)]
+            for key, item in value.items():
+                if _key(key) == inner:
+                    changes[listed.field] = _convert_broker_option(listed, item)
+            value = {k: v for k, v in value.items() if _key(k) != inner}  # noqa: PLW2901
+            if not value:
+                continue
         if isinstance(value, Mapping):  # a section's table
             if raw_key in declared:
                 for key, item in value.items():

@@ -229,9 +229,11 @@ class Plugins:
         self._pm.hook.msgbroker_register_protocols(register=register)
 
     def register_auth_schemes(
-        self, register: Callable[[AuthScheme], None], config: BrokerConfig
+        self, register: Callable[[AuthScheme], None], config: BrokerConfig, broker: Broker
     ) -> None:
-        self._pm.hook.msgbroker_register_auth_schemes(register=register, config=config)
+        self._pm.hook.msgbroker_register_auth_schemes(
+            register=register, config=config, broker=broker
+        )
 
     def config_sections(self) -> tuple[ConfigSection[Any], ...]:
         """Every section the plugins declare, checked: one name once, one flag once."""
@@ -292,6 +294,29 @@ class Plugins:
 
     def broker_stopped(self, broker: Broker) -> None:
         self._pm.hook.msgbroker_broker_stopped(broker=broker)
+
+    def reload(self, broker: Broker, config: BrokerConfig) -> list[Callable[[], None]]:
+        """``msgbroker_reload``: each implementation, in registration order, checks
+        ``config``; their callables that put it in place (``None`` left out). The first
+        refusal (:class:`ConfigError`; any other exception is one too, naming the plugin)
+        ends it: nothing is committed then."""
+        commits: list[Callable[[], None]] = []
+        arguments = {"broker": broker, "config": config}
+        for impl in self._pm.hook.msgbroker_reload.get_hookimpls():
+            if impl.hookwrapper or impl.wrapper:
+                continue
+            try:
+                commit = cast(
+                    "Callable[[], None] | None",
+                    impl.function(*(arguments[name] for name in impl.argnames)),
+                )
+            except ConfigError:
+                raise
+            except Exception as e:
+                raise ConfigError(f"plugin {impl.plugin_name!r} failed to reload: {e!r}") from e
+            if commit is not None:
+                commits.append(commit)
+        return commits
 
     def bind(self) -> BoundHooks:
         """The observation hooks as they are implemented now (see :class:`BoundHooks`)."""

@@ -91,14 +91,17 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
 
 @hookspec
 def msgbroker_register_auth_schemes(
-    register: Callable[[AuthScheme], None], config: BrokerConfig
+    register: Callable[[AuthScheme], None], config: BrokerConfig, broker: Broker
 ) -> None:
     """Register authentication schemes.
 
     Call ``register(scheme)`` with an object that has a ``name`` and an
-    ``authenticate(request) -> Accept | Deny`` method (:class:`msgbroker.auth.AuthScheme`).
-    ``config`` is the broker configuration (e.g. ``secret_file``). A scheme is offered to
-    clients only when ``--auth NAME`` enables it.
+    ``authenticate(request) -> Accept | Deny`` method (:class:`msgbroker.auth.AuthScheme`);
+    a slow check may answer with a Deferred instead (the ``password`` scheme hashes in a
+    thread of its own on ``broker.reactor``). ``config`` is the broker configuration
+    (e.g. ``secret_file``); ``broker`` the broker being built (its ``reactor``; its plugins'
+    ``state``). A scheme is offered to clients only when ``--auth NAME`` enables it, or
+    its ``implied_by(config)`` says its settings do (``password`` with ``--users``).
     """
 
 

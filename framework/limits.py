@@ -81,11 +81,21 @@ class LoginThrottle:
     holds at most ``burst`` (``max(rate, 1)``). A failure takes a token; while the
     address has none left, its logins are refused before any credential is checked.
     Successful logins cost nothing, so a burst of honest clients is never slowed.
-    ``rate`` 0 switches the throttle off."""
+    ``rate`` 0 switches the throttle off.
+
+    A login whose check takes a while (a password hash, verified in a thread) holds a
+    token while it is checked (:meth:`checking`, then :meth:`checked`), and another such
+    check from the address starts only when a token is free (:meth:`room`; the broker
+    keeps the login waiting meanwhile, it does not refuse it): without that, an address
+    could have any number of guesses checked at once, all allowed before the first one
+    failed. Once decided it costs what any login costs: nothing when it succeeded, a token
+    when it failed."""
 
     rate: float
     #: address -> (tokens, when they were counted)
     _buckets: dict[str, tuple[float, float]] = field(factory=dict)
+    #: address -> logins from it being checked now
+    _checking: dict[str, int] = field(factory=dict)
 
     def _tokens(self, host: str, now: float) -> float:
         burst = max(self.rate, 1.0)
@@ -96,8 +106,29 @@ class LoginThrottle:
         return min(burst, tokens + (now - then) * self.rate)
 
     def allows(self, host: str, now: float) -> bool:
-        """Whether a login from ``host`` may be tried now."""
+        """Whether a login from ``host`` may be tried now (else it is refused unheard)."""
         return not self.rate or self._tokens(host, now) >= 1.0
+
+    def room(self, host: str, now: float) -> bool:
+        """Whether a login from ``host`` may start being checked now: a token is left that
+        no check under way holds (else it waits for one)."""
+        if not self.rate:
+            return True
+        return self._tokens(host, now) - self._checking.get(host, 0) >= 1.0
+
+    def checking(self, host: str) -> None:
+        """A login from ``host`` is being checked: it holds a token until :meth:`checked`."""
+        if self.rate:
+            self._checking[host] = self._checking.get(host, 0) + 1
+
+    def checked(self, host: str) -> None:
+        """The login :meth:`checking` announced is decided (call :meth:`failed` too when
+        it failed)."""
+        left = self._checking.get(host, 0) - 1
+        if left > 0:
+            self._checking[host] = left
+        else:
+            self._checking.pop(host, None)
 
     def failed(self, host: str, now: float) -> None:
         """A login from ``host`` failed (or was refused by the throttle)."""

@@ -21,6 +21,13 @@ _Settings_co = TypeVar("_Settings_co", covariant=True)
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
+#: broker options that may also be written as a table: the option's value is the table's
+#: key named here, and the table's other keys are the plugin section of the same name. So
+#: ``auth = ["secret"]`` still works, and so does ``[auth]`` with ``schemes = ["password"]``
+#: beside the users plugin's ``users = "FILE"`` (TOML cannot have both ``auth = [...]``
+#: and an ``[auth]`` table)
+OPTION_TABLES = {"auth": "schemes"}
+
 
 @frozen
 class ConfigSection(Generic[_Settings_co]):
@@ -94,8 +101,11 @@ def check_sections(
     for section in sections:
         if section.name in names:
             raise ConfigError(f"two plugins declare the configuration section [{section.name}]")
-        if section.name in broker_options:
+        inner = OPTION_TABLES.get(section.name)
+        if section.name in broker_options and inner is None:
             raise ConfigError(f"the configuration section [{section.name}] is a broker option")
+        if inner is not None and any(option.name == inner for option in section.options):
+            raise ConfigError(f"[{section.name}] {inner} is the broker's --{section.name}")
         names.add(section.name)
         for flag in section.flags():
             if flag in flags:

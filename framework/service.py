@@ -14,10 +14,9 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
 from .broker import Broker
-from .config import BrokerConfig, Listener
+from .config import BrokerConfig, Listener, build_config
 from .errors import ConfigError
 from .reasons import CloseReason
-from .tls import server_context_factory
 
 log = Logger(namespace="msgbroker")
 
@@ -127,7 +126,6 @@ class BrokerService(service.MultiService):
             reactor = global_reactor
         self.reactor = reactor
         self.broker = broker_class(config, reactor)
-        self._tls_context: Any = None
         for listener in self.broker.listeners():
             self._add_listener(listener)
 
@@ -154,7 +152,8 @@ class BrokerService(service.MultiService):
                 rest if rest.split(":", 1)[0] in ("tcp", "tcp6", "unix") else "tcp:" + rest
             )
             # the clock matters: TLS flushes its writes with it (the global reactor otherwise)
-            factory = _TLSFactory(self._tls(), False, factory, clock=self.reactor)
+            tls: Any = self.broker.server_tls()  # an IOpenSSLServerConnectionCreator
+            factory = _TLSFactory(tls, False, factory, clock=self.reactor)
             factory.noisy = False  # the listener service logs what it is bound to
         endpoint_text = with_backlog(endpoint_text, self.broker.config.listen_backlog)
         try:
@@ -163,19 +162,16 @@ class BrokerService(service.MultiService):
             raise ConfigError(f"bad endpoint in --listen {listener}: {e}") from None
         ListenerService(self.broker, listener, endpoint, factory).setServiceParent(self)
 
-    def _tls(self) -> Any:
-        if self._tls_context is None:
-            config = self.broker.config
-            if not (config.tls_cert and config.tls_key):
-                raise ConfigError("a TLS listener needs --tls-cert and --tls-key")
-            self._tls_context = server_context_factory(
-                config.tls_cert, config.tls_key, config.tls_ca
-            )
-        return self._tls_context
-
     #: set by ``twistd msgbroker``: a listener that cannot bind ends the process with one
     #: line on stderr instead of a traceback
     exit_on_error = False
+
+    #: what SIGHUP reads again: the TOML file given with ``--config`` (None: none), and the
+    #: options of the command line, which override it (set by ``twistd msgbroker``). A
+    #: service built otherwise (None) reloads its running configuration: the files it
+    #: names (users, TLS, secret) are read again
+    config_file: str | None = None
+    overrides: dict[str, Any] | None = None
 
     #: signal number -> the handler it had before this service took it
     _previous_handlers: dict[int, Any]
@@ -229,8 +225,30 @@ class BrokerService(service.MultiService):
         self._previous_handlers = {}
 
     def hangup(self) -> None:
-        """SIGHUP: nothing is reloaded yet; say so and go on."""
-        log.info("SIGHUP received: the broker keeps running (reloading is not supported yet)")
+        """SIGHUP: read the configuration again (the ``--config`` file, then the command
+        line's options over it) and reload the broker with it (:meth:`Broker.reload`: the
+        users file, the TLS certificate and key, the log level, ...). A configuration that
+        cannot be used is refused in one log line, and the broker goes on as it was."""
+        broker = self.broker
+        refusal = None
+        try:
+            config = broker.config
+            if self.overrides is not None:
+                config = build_config(
+                    self.config_file, self.overrides, lambda *_: broker.plugins.config_sections()
+                )
+            broker.reload(config)
+        except ConfigError as e:
+            refusal = str(e)
+        except Exception as e:  # a broken plugin must not end the broker either
+            refusal = repr(e)
+        if refusal is not None:
+            log.error("SIGHUP: reload refused, the running settings stay: {error}", error=refusal)
+            return
+        log.info(
+            "SIGHUP: reloaded the configuration{source}",
+            source=f" from {self.config_file}" if self.config_file else "",
+        )
 
     def log_status(self) -> None:
         """SIGUSR1: one status line."""

@@ -91,6 +91,8 @@ class BrokerOptions(usage.Options):
                     overrides[flag] = True
             elif value not in (None, []):
                 overrides[flag] = value
+        #: the command line's settings, which a reload applies over the file again
+        self.overrides = overrides
         try:
             self.config = build_config(self["config"], overrides, declared_sections)
         except ConfigError as e:
@@ -157,6 +159,8 @@ def makeService(
     try:
         broker_service = BrokerService(options.config, reactor, broker_class)
         broker_service.exit_on_error = options.twistd
+        broker_service.config_file = options["config"]
+        broker_service.overrides = getattr(options, "overrides", None)
         return broker_service
     except ConfigError as e:
         if options.twistd:

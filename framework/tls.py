@@ -1,4 +1,5 @@
-"""TLS: the server context for TLS listeners and the identity a client certificate proves."""
+"""TLS: the server context for TLS listeners (replaceable while running: SIGHUP reloads
+the certificate and key) and the identity a client certificate proves."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.x509.oid import NameOID
-from OpenSSL import crypto
+from OpenSSL import SSL, crypto
 from twisted.internet import ssl
+from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
+from zope.interface import implementer
 
 from .errors import ConfigError
 
@@ -66,6 +69,31 @@ def server_context_factory(cert: str, key: str, ca: str | None) -> ssl.Certifica
         )
     except Exception as e:
         raise ConfigError(f"TLS certificate and key do not match ({cert}, {key}): {e}") from None
+
+
+@implementer(IOpenSSLServerConnectionCreator)
+class ServerTLS:
+    """What every TLS listener of a broker makes its connections with: the current server
+    context (:attr:`options`). Replacing it (a reload) changes what new connections get;
+    a connection made before keeps the context it was made with, so it stays open."""
+
+    def __init__(self, options: ssl.CertificateOptions) -> None:
+        self.options = options
+
+    @classmethod
+    def load(cls, cert: str, key: str, ca: str | None) -> ServerTLS:
+        """The files read and checked (:func:`server_context_factory`); ConfigError, in
+        one line, for any that cannot be used (the context is made now, so a key that does
+        not match its certificate is found here, not at the first connection)."""
+        options = server_context_factory(cert, key, ca)
+        try:
+            options.getContext()
+        except Exception as e:
+            raise ConfigError(f"bad TLS certificate or key ({cert}, {key}): {e}") from None
+        return cls(options)
+
+    def serverConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
+        return SSL.Connection(self.options.getContext(), None)
 
 
 def certificate_names(certificate: x509.Certificate) -> frozenset[str]:

@@ -1,7 +1,8 @@
 """The ``secret`` scheme: a pre-shared secret, compared in constant time.
 
 The secret is the contents of ``--secret-file`` with one trailing newline stripped; it is
-read when the broker starts.
+read when the broker starts, and again on SIGHUP (a file that cannot be used refuses the
+reload, and the old secret stays).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import hmac
 from collections.abc import Callable
 from pathlib import Path
 
-from msgbroker import hookimpl
+from msgbroker import Broker, hookimpl
 from msgbroker.auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
 from msgbroker.config import BrokerConfig
 from msgbroker.errors import ConfigError
@@ -31,21 +32,38 @@ class SecretScheme:
     name = "secret"
 
     def __init__(self, secret: bytes | None) -> None:
-        self._secret = secret
+        self.secret = secret
 
     def authenticate(self, request: LoginRequest) -> AuthResult:
-        if self._secret is None:
+        if self.secret is None:
             return Deny("no secret configured")
         if request.credential is None:
             return Deny("no credential")
-        if hmac.compare_digest(request.credential, self._secret):
+        if hmac.compare_digest(request.credential, self.secret):
             return Accept(request.identity)
         return Deny("wrong secret")
 
 
+#: where a broker keeps its secret scheme (``broker.plugins.state``)
+STATE = "auth-secret.scheme"
+
+
 @hookimpl
 def msgbroker_register_auth_schemes(
-    register: Callable[[AuthScheme], None], config: BrokerConfig
+    register: Callable[[AuthScheme], None], config: BrokerConfig, broker: Broker
 ) -> None:
     secret = read_secret(config.secret_file) if config.secret_file else None
-    register(SecretScheme(secret))
+    register(broker.plugins.state(STATE, lambda: SecretScheme(secret)))
+
+
+@hookimpl
+def msgbroker_reload(broker: Broker, config: BrokerConfig) -> Callable[[], None] | None:
+    scheme = broker.plugins.state(STATE, lambda: None)
+    if not isinstance(scheme, SecretScheme):
+        return None
+    secret = read_secret(config.secret_file) if config.secret_file else None
+
+    def commit() -> None:
+        scheme.secret = secret
+
+    return commit

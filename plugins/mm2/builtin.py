@@ -10,6 +10,9 @@
 - ``dotnet``: the client may send the type of the next MESSAGEs in an EXTENSION frame; the
   type travels with them, and a subscriber with ``dotnet`` gets its own type frame before a
   message whose type differs from the last it received.
+- ``x-login`` (ours): the login scheme and credential, as properties of the step-3
+  confirmation: ``x-login:scheme=password,credential=s3cret`` (URL-encoded). The server
+  session reads them when it logs the identity in; the extension has no frames.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from msgbroker.errors import (
 from . import codec
 from .delivery import DOTNET_HINT
 from .extensions import ExtensionContext, ExtensionHandler, ExtensionSpec
+from .handshake import LOGIN_EXTENSION
 
 
 class PubSub(ExtensionHandler):
@@ -123,6 +127,7 @@ BUILTIN: tuple[ExtensionSpec, ...] = (
     ExtensionSpec("ack", _ack),
     ExtensionSpec("json", Json),
     ExtensionSpec("dotnet", DotNet),
+    ExtensionSpec(LOGIN_EXTENSION, ExtensionHandler),
 )
 
 

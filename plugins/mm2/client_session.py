@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from msgbroker.clientkit.session import ClientSession as KitSession
 from msgbroker.clientkit.session import Ended
@@ -83,6 +83,7 @@ from .codec import (
     split_message,
     unsupported_required,
 )
+from .handshake import LOGIN_EXTENSION
 
 # -- events ---------------------------------------------------------------------------------
 
@@ -138,8 +139,12 @@ class ClientSession(KitSession):
     accepts when the server requires them, beyond the built-in ones and its own lists;
     ``accept_suggested`` also activates the server's optional extensions that the client
     supports but did not offer; ``timeout`` (seconds from :meth:`start`; None: no bound)
-    bounds the wait for the server's step 2. ValueError at once for lists or an identity
-    the handshake cannot carry."""
+    bounds the wait for the server's step 2. ``login`` is a login scheme and credential,
+    ``("password", "s3cret")``: the hello requires ``x-login`` (a server without it refuses
+    before any credential is sent) and the confirmation carries them
+    (``x-login:scheme=password,credential=s3cret``); without it the broker logs the
+    identity in with ``cert`` or ``open``. ValueError at once for lists or an identity the
+    handshake cannot carry."""
 
     closed_error = common.MM2ConnectionClosed
 
@@ -155,9 +160,21 @@ class ClientSession(KitSession):
         max_message: int = DEFAULT_MAX_MESSAGE,
         fragment_size: int = FRAGMENT_SIZE,
         timeout: float | None = None,
+        login: tuple[str, str | bytes | None] | None = None,
     ) -> None:
         super().__init__()
-        self.hello = Handshake(identity, as_extensions(required), as_extensions(optional))
+        required = as_extensions(required)
+        self._login: Extension | None = None
+        if login is not None:
+            scheme, credential = login
+            if isinstance(credential, bytes):
+                credential = credential.decode("utf-8")
+            properties = [("scheme", scheme)]
+            if credential is not None:
+                properties.append(("credential", credential))
+            self._login = Extension(LOGIN_EXTENSION, tuple(properties))
+            required = (*required, Extension(LOGIN_EXTENSION))
+        self.hello = Handshake(identity, required, as_extensions(optional))
         both = {ext.name for ext in self.hello.required} & {e.name for e in self.hello.optional}
         if both:
             raise ValueError(f"both required and optional: {', '.join(sorted(both))}")
@@ -287,6 +304,12 @@ class ClientSession(KitSession):
             self._refuse(reason, common.MM2HandshakeRefused(reason, reply, unsupported))
             return
         confirm = plan_confirm(self.hello, reply, self.supported, self.accept_suggested)
+        if self._login is not None:  # the credential goes in step 3 only
+            login = self._login
+            confirm = evolve(
+                confirm,
+                required=tuple(login if e.name == login.name else e for e in confirm.required),
+            )
         active = active_extensions(confirm)
         self._send(encode_handshake(confirm))
         self.server, self.confirm, self.minor, self.active = reply, confirm, minor, active

@@ -38,6 +38,9 @@ from .properties import (
 #: the version this implementation speaks
 MAJOR = 1
 MINOR = 1
+#: our vendor extension carrying a login scheme and credential, in the step-3
+#: confirmation: ``x-login:scheme=password,credential=s3cret`` (docs/mm2.md, "Login")
+LOGIN_EXTENSION = "x-login"
 #: batch-ack's window when its handshake entry names none (the spec)
 DEFAULT_BATCH_ACK_COUNT = 10
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from msgbroker.auth import Accept, LoginRequest
+from msgbroker.auth import Accept, AuthResult, LoginRequest
 from msgbroker.connection import ServerSession
 from msgbroker.errors import NoSuchIdentity, RemoteProtocolError
 from msgbroker.message import Kind, Message, MessageRun
@@ -34,6 +34,7 @@ from msgbroker.timers import Timer
 from . import codec
 from .delivery import encode_delivery
 from .extensions import ExtensionContext, ExtensionHandler, Registry, registry_for
+from .handshake import LOGIN_EXTENSION
 from .window import WindowOutput
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from msgbroker.session import Session
 
 log = Logger(namespace="msgbroker.mm2")
+#: holds the peer's input while its login is checked (Session.hold_reading)
+_LOGIN_HOLD = "mm2.login"
 
 #: the identity our handshake reply gives
 SERVER_IDENTITY = "msgbroker"
@@ -70,6 +73,10 @@ class MM2ServerSession(ServerSession):
         self._handshake: codec.HandshakeDecoder | None = codec.HandshakeDecoder(self._prelogin_max)
         #: the delayed answer to a refused login (nothing more is read meanwhile)
         self._refusal: Timer | None = None
+        #: while the login is checked: the confirmation's extensions, and what came after
+        self._login_pending = False
+        self._active = codec.ActiveExtensions()
+        self._after_login = b""
         self._hello: codec.Handshake | None = None
         self._reply: codec.Handshake | None = None
         self._frames = codec.FrameDecoder(codec.DEFAULT_MAX_PAYLOAD)
@@ -94,6 +101,9 @@ class MM2ServerSession(ServerSession):
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None or self.closed:
+            return
+        if self._login_pending:  # read once the login is decided (if accepted)
+            self._after_login += data
             return
         try:
             if self._handshake is not None:
@@ -130,8 +140,10 @@ class MM2ServerSession(ServerSession):
             rest = decoder.trailing_data
             return self._handshake_data(rest) if rest else b""
         if not self._confirmed(step):
-            return b""  # the login was refused: what followed it is never read
-        self._handshake = None
+            # the login is being checked (what follows waits for it), or was refused
+            # (what follows is never read)
+            self._after_login = decoder.trailing_data
+            return b""
         return decoder.trailing_data
 
     def _answer_hello(self, hello: codec.Handshake) -> None:
@@ -154,11 +166,57 @@ class MM2ServerSession(ServerSession):
         self.reply(codec.encode_handshake(reply))
 
     def _confirmed(self, confirm: codec.Handshake) -> bool:
+        """Step 3: check it and log in; True when the login is accepted at once, False
+        while it is checked (the scheme answers later) or when it was refused."""
         assert self._hello is not None
         assert self._reply is not None
         active = codec.check_confirm(self._hello, self._reply, confirm, self.registry.names)
-        if not self._login(confirm.identity):
+        names = self.certificate_names()
+        scheme, credential = self._scheme(active, names)
+        request = LoginRequest("mm2", confirm.identity, scheme, credential, self.peer.host, names)
+        self._active = active
+        self._login_pending = True
+        self.broker.begin_login(self.peer, request, self._login_decided)
+        if self._login_pending:
+            self.peer.hold_reading(_LOGIN_HOLD)
             return False
+        return self._handshake is None
+
+    def _scheme(
+        self, active: codec.ActiveExtensions, names: frozenset[str] | None
+    ) -> tuple[str, bytes | None]:
+        """The login scheme and credential: those of ``x-login`` when the confirmation
+        lists it, else ``cert`` for a verified client certificate (when enabled), else
+        ``open``."""
+        login = active.by_name(LOGIN_EXTENSION)
+        if login is not None:
+            scheme = login.get("scheme")
+            if not scheme:
+                raise RemoteProtocolError(f"{LOGIN_EXTENSION} without a scheme")
+            credential = login.get("credential")
+            return scheme, None if credential is None else credential.encode("utf-8")
+        enabled = self.broker.enabled_schemes
+        return ("cert" if names is not None and "cert" in enabled else "open"), None
+
+    def _login_decided(self, result: AuthResult) -> None:
+        self._login_pending = False
+        if not isinstance(result, Accept):
+            self._refuse_login()
+            return
+        self.logged_in()
+        try:
+            self._activate(self._active)
+        except RemoteProtocolError as e:
+            self.protocol_error(str(e))
+            return
+        self._handshake = None
+        after, self._after_login = self._after_login, b""
+        if after:  # answered later: what came meanwhile is read now, in order
+            self.data_received(after)
+        if not self.closed:
+            self.peer.release_reading(_LOGIN_HOLD)
+
+    def _activate(self, active: codec.ActiveExtensions) -> None:
         self.active = active
         for ext_id, extension in enumerate(active.extensions, 1):
             spec = self.registry.specs[extension.name]
@@ -170,19 +228,6 @@ class MM2ServerSession(ServerSession):
                 self._incoming.append(handler)
         # the window's size and the dotnet id are what the extensions just asked for
         self.output.configure(self.timers, self.window, self.dotnet_id)
-        return True
-
-    def _login(self, identity: str) -> bool:
-        names = self.certificate_names()
-        enabled = self.broker.enabled_schemes
-        scheme = "cert" if names is not None and "cert" in enabled else "open"
-        request = LoginRequest("mm2", identity, scheme, None, self.peer.host, names)
-        result = self.broker.login(self.peer, request)
-        if not isinstance(result, Accept):
-            self._refuse_login()
-            return False
-        self.logged_in()
-        return True
 
     def _refuse_login(self) -> None:
         """Answer a refused login ``login-failure-delay`` late, so that one connection

@@ -25,6 +25,7 @@ import os
 import socket
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from msgbroker.clientkit import blocking as kit
 
@@ -103,11 +104,10 @@ class BlockingSbusClient(SbusVerbs, kit.BlockingClient):
 
     # -- sending -----------------------------------------------------------------------------
 
-    def _perform(self, ask: Callable[[], int]) -> bytes:
-        """The whoami round trip: TimeoutError (and the connection closed) when the reply
-        does not come within ``timeout``."""
-        credentials: bytes = self._wait(ask(), self.timeout, "answer to whoami")
-        return credentials
+    def _perform(self, ask: Callable[[], int]) -> Any:
+        """A round trip (whoami, login): TimeoutError (and the connection closed) when the
+        reply does not come within ``timeout``."""
+        return self._wait(ask(), self.timeout, "answer")
 
     def sync(self) -> None:
         """Return once the broker handled everything sent before (a :meth:`whoami` round

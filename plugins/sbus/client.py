@@ -44,7 +44,7 @@ from .blocking import (
     as_address,
     default_address,
 )
-from .client_session import SbusClientSession, SbusVerbs
+from .client_session import SbusClientSession, SbusLoginRefused, SbusVerbs
 from .codec import ControlMessage, Publish
 from .seqpacket import SeqpacketAddress, SeqpacketConnection
 
@@ -57,6 +57,7 @@ __all__ = [
     "SbusClient",
     "SbusClientSession",
     "SbusConnectionClosed",
+    "SbusLoginRefused",
     "connect",
     "default_address",
 ]

@@ -29,6 +29,11 @@ class SbusConnectionClosed(ConnectionClosed):
     outside the protocol, or this client was closed."""
 
 
+class SbusLoginRefused(SbusConnectionClosed):
+    """The broker refused the login (``CMSG !/login\\0refused``); it closes the connection.
+    It never says whether the identity or the credential was wrong."""
+
+
 def flood_controls(
     soft: str | None = None, hard: str | None = None, order: str | None = None
 ) -> list[bytes]:
@@ -69,6 +74,7 @@ class SbusClientSession(ClientSession):
         super().__init__()
         self.max_packet = max_packet
         self._whoami: deque[int] = deque()  # tokens of the whoami requests not answered yet
+        self._logins: deque[int] = deque()  # tokens of the logins not answered yet
 
     def send(self, packet: codec.Packet) -> None:
         """Write ``packet``; ValueError (before anything is sent) for a NUL in a key."""
@@ -85,10 +91,28 @@ class SbusClientSession(ClientSession):
         self._send(codec.encode_packet(ControlMessage(codec.WHOAMI)))
         return token
 
+    def login(self, identity: str, scheme: str, credential: bytes | None = None) -> int:
+        """``CMSG !/login``: log in as ``identity`` with ``scheme`` (``password``,
+        ``secret``...), answered with the identity the broker accepted (a ``str``), or
+        failed with :class:`SbusLoginRefused` (the broker then closes the connection)."""
+        packet = codec.login_request(identity, scheme, credential)  # ValueError first
+        self.check_open()
+        token = self._token()
+        self._logins.append(token)
+        self._send(codec.encode_packet(packet))
+        return token
+
     def _received(self, data: bytes, now: float) -> None:
         packet = server_packet(data, self.max_packet)
         if isinstance(packet, ControlMessage) and packet.key == codec.WHOAMI and self._whoami:
             self._answer(self._whoami.popleft(), packet.payload)
+        elif isinstance(packet, ControlMessage) and packet.key == codec.LOGIN and self._logins:
+            token = self._logins.popleft()
+            answer, _, identity = packet.payload.partition(b"\0")
+            if answer == codec.LOGIN_OK:
+                self._answer(token, identity.decode("utf-8", "replace"))
+            else:
+                self._fail(token, SbusLoginRefused("login refused"))
         else:
             self._emit(packet)
 
@@ -116,6 +140,12 @@ class SbusVerbs:
         (longer through a relay); :class:`SbusConnectionClosed` if the connection ends
         first."""
         return self._perform(self.session.whoami)
+
+    def login(self, identity: str, scheme: str, credential: bytes | None = None) -> Any:
+        """Log in as ``identity`` (ours: sbus has no login): the identity the broker
+        accepted; :class:`SbusLoginRefused` when refused (the broker closes the
+        connection)."""
+        return self._perform(lambda: self.session.login(identity, scheme, credential))
 
     def subscribe(self, pattern: bytes) -> None:
         self._send(codec.Subscribe(pattern))

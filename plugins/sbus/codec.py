@@ -31,6 +31,12 @@ DEFAULT_MAX_PACKET = 212_960
 
 #: ``CMSG`` keys: ask for one's credentials; the reply is :func:`whoami_reply`
 WHOAMI = b"!/cred/whoami"
+#: ``CMSG`` key of a login (ours: sbus has none): ``CMSG !/login\0ID\0SCHEME\0CREDENTIAL``,
+#: answered ``CMSG !/login\0ok\0ID`` or, ``login-failure-delay`` late, ``CMSG
+#: !/login\0refused`` and the close (:func:`parse_login`, :func:`login_request`)
+LOGIN = b"!/login"
+LOGIN_OK = b"ok"
+LOGIN_REFUSED = b"refused"
 #: ``CMSG`` keys: stop / resume receiving one's own messages (DECISIONS.md)
 ECHO_OFF = b"echo/off"
 ECHO_ON = b"echo/on"
@@ -136,6 +142,30 @@ def encode_packet(packet: Packet) -> bytes:
     if isinstance(packet, Unsubscribe):
         return b"UNSUB " + _checked("pattern", packet.pattern)
     raise TypeError(f"not an sbus packet: {packet!r}")
+
+
+def login_request(identity: str, scheme: str, credential: bytes | None = None) -> ControlMessage:
+    """The login ``CMSG``: the identity and scheme (UTF-8, without NULs), then the
+    credential (any bytes; none for ``open``)."""
+    fields = [identity.encode("utf-8"), scheme.encode("utf-8")]
+    if any(b"\0" in field or not field for field in fields):
+        raise ValueError("an sbus login's identity and scheme are non-empty, without NULs")
+    if credential is not None:
+        fields.append(credential)
+    return ControlMessage(LOGIN, b"\0".join(fields))
+
+
+def parse_login(payload: bytes) -> tuple[str, str, bytes | None]:
+    """(identity, scheme, credential) of a login ``CMSG``'s payload; RemoteProtocolError
+    when the identity or scheme is missing or not UTF-8."""
+    identity, _, rest = payload.partition(b"\0")
+    scheme, nul, credential = rest.partition(b"\0")
+    if not identity or not scheme:
+        raise RemoteProtocolError("a login without an identity or a scheme")
+    try:
+        return identity.decode("utf-8"), scheme.decode("utf-8"), credential if nul else None
+    except UnicodeDecodeError:
+        raise RemoteProtocolError("a login whose identity or scheme is not UTF-8") from None
 
 
 def whoami_reply(gid: int, uid: int, pid: int) -> ControlMessage:

@@ -4,8 +4,12 @@ control out. Sans-IO: its glue (:mod:`.server`) feeds it what the seqpacket sock
 An sbus client has no login: it is known as ``sbus:<uid>:<pid>`` from its SO_PEERCRED
 credentials (given by its transport) as soon as it connects. It is not entered in the
 identity table: a process may open many sbus connections, and sbus has no unicast a name
-would be for. There is no keepalive either: a unix socket's peer cannot vanish without the
-kernel telling us. Its subscriptions are hub patterns
+would be for. It may log in (ours, not the README's):
+``CMSG !/login\\0ID\\0SCHEME\\0CREDENTIAL`` with any enabled scheme (``password``,
+``secret``...); accepted, it is known as ``ID`` from then on (entered in the identity table
+like any login, for the other protocols and permissions); refused, it is answered late and
+closed, as in every protocol. There is no keepalive either: a unix socket's peer cannot
+vanish without the kernel telling us. Its subscriptions are hub patterns
 (:meth:`~msgbroker.hub.Hub.subscribe_pattern`), so they receive what every protocol
 publishes; its ``MSG`` packets are MCASTs on the topic its key maps to, and sbus recipients
 get the very packet that came in — directly, without the hub, for a key whose recipients
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
+from msgbroker.auth import Accept, AuthResult, LoginRequest
 from msgbroker.connection import ServerSession
 from msgbroker.errors import LimitExceeded, RemoteProtocolError
 from msgbroker.message import Kind, Message
@@ -41,6 +46,8 @@ if TYPE_CHECKING:
 log = Logger(namespace="msgbroker.sbus")
 
 NAME = "sbus"
+#: holds the client's input while its login is checked (Session.hold_reading)
+_LOGIN_HOLD = "sbus.login"
 _MSG = b"MSG "
 
 
@@ -82,9 +89,13 @@ class SbusServerSession(ServerSession):
     name = NAME
     encode = staticmethod(encode_message)
     login_required = False
-    #: every close drops what the client has not read yet, but the broker's own: shutdown
-    #: (and kick, which sbus never meets) sends it first
-    aborted_on = frozenset(CloseReason) - {CloseReason.SHUTDOWN, CloseReason.KICKED}
+    #: every close drops what the client has not read yet, but the broker's own: shutdown,
+    #: a kick (a login of its identity elsewhere) and a refused login send it first
+    aborted_on = frozenset(CloseReason) - {
+        CloseReason.SHUTDOWN,
+        CloseReason.KICKED,
+        CloseReason.LOGIN_REFUSED,
+    }
 
     def __init__(
         self,
@@ -136,6 +147,12 @@ class SbusServerSession(ServerSession):
         #: the recipients of the keys it publishes on, remembered; with echo (the
         #: default: ``CMSG echo/off`` clears it) the client receives its own messages
         self.routes = RouteCache(self.hub, peer, encode_message, echo=True)
+        #: a login being checked; the packets that came after it, held until it is decided
+        self._login_pending = False
+        self._logged_in = False
+        #: a refused login's late answer is due: nothing more is handled
+        self._refusing = False
+        self._held: list[bytes] = []
 
     # -- packets -----------------------------------------------------------------------------
 
@@ -148,13 +165,21 @@ class SbusServerSession(ServerSession):
         takes the slice, and a publish whose recipients are remembered goes straight from
         the transport's read to their outboxes; every other packet comes back to
         :meth:`_packet`."""
-        if not self.closed:
-            self.routes.send_frames(packets, _MSG, b"\0", self.max_packet, self._packet)
+        if self.closed or self._refusing:
+            return
+        if self._login_pending:
+            self._held.extend(packets)
+            return
+        packets = iter(packets)
+        self.routes.send_frames(packets, _MSG, b"\0", self.max_packet, self._packet)
+        if self._login_pending:  # a login in the slice: the rest waits for its answer
+            self._held.extend(packets)
 
     def _packet(self, data: bytes) -> bool:
-        """A packet that is no publish on a remembered route; False once closed."""
+        """A packet that is no publish on a remembered route; False once closed, or
+        when it was a login still being checked."""
         self._handle(data)
-        return not self.closed
+        return not (self.closed or self._login_pending or self._refusing)
 
     def _handle(self, data: bytes) -> None:
         if len(data) > self.max_packet:
@@ -226,6 +251,8 @@ class SbusServerSession(ServerSession):
         if key == codec.WHOAMI:
             c = self.credentials
             self.reply(codec.encode_packet(codec.whoami_reply(c.gid, c.uid, c.pid)))
+        elif key == codec.LOGIN:
+            self._login(packet.payload)
         elif key == codec.ECHO_OFF:
             self.routes.echo = False
         elif key == codec.ECHO_ON:
@@ -237,6 +264,57 @@ class SbusServerSession(ServerSession):
             if outbox.policy.order != order:
                 outbox.reorder()
         # any other control message is the server's to ignore; none is ever forwarded
+
+    # -- login ----------------------------------------------------------------------------
+
+    def _login(self, payload: bytes) -> None:
+        if self._logged_in:
+            self._protocol_error("a second login")
+            return
+        try:
+            identity, scheme, credential = codec.parse_login(payload)
+        except RemoteProtocolError as e:
+            self._protocol_error(str(e))
+            return
+        peer = self.peer
+        request = LoginRequest(NAME, identity, scheme, credential, peer.host, None)
+        peer.identity = None  # logged in (by the hub) under the identity accepted, if it is
+        self._login_pending = True
+        self.broker.begin_login(peer, request, self._login_decided)
+        if self._login_pending:
+            peer.hold_reading(_LOGIN_HOLD)
+
+    def _login_decided(self, result: AuthResult) -> None:
+        self._login_pending = False
+        peer = self.peer
+        if not isinstance(result, Accept):
+            peer.identity = self.identity  # known by its credentials until it is closed
+            self._held.clear()
+            self._refusing = True
+            delay = self.broker.config.login_failure_delay
+            if delay > 0:
+                peer.hold_reading(_LOGIN_HOLD)  # nothing more is read: it closes
+                self.timers.call_later(delay, self._refuse_login)
+            else:
+                self._refuse_login()
+            return
+        self._logged_in = True
+        self.identity = result.identity
+        self.reply(
+            codec.encode_packet(
+                codec.ControlMessage(codec.LOGIN, codec.LOGIN_OK + b"\0" + result.identity.encode())
+            )
+        )
+        held, self._held = self._held, []
+        if held:  # answered later: what came meanwhile, in order
+            self.packets_received(held)
+        if not self.closed and not self._login_pending:
+            peer.release_reading(_LOGIN_HOLD)
+
+    def _refuse_login(self) -> None:
+        if not self.closed:
+            self.reply(codec.encode_packet(codec.ControlMessage(codec.LOGIN, codec.LOGIN_REFUSED)))
+            self.close(CloseReason.LOGIN_REFUSED)
 
     # -- ends ------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from msgbroker.auth import Accept, LoginRequest
+from msgbroker.auth import Accept, AuthResult, LoginRequest
 from msgbroker.connection import ServerSession
 from msgbroker.errors import (
     AlreadySubscribed,
@@ -32,6 +32,8 @@ CONFLICT = b"409\n"
 NOT_IMPLEMENTED = b"501\n"
 PONG_EVENT = b"000 . PONG\n"
 PING_EVENT = b"000 . PING\n"
+#: holds the peer's input while its LOGIN is checked (Session.hold_reading)
+_LOGIN_HOLD = "ssmp.login"
 
 _VERB = {
     Kind.MCAST: b"MCAST",
@@ -96,6 +98,10 @@ class SSMPServerSession(ServerSession):
         self._prefix = b""
         self._closing = False
         self._handle = self._handle_before_login
+        #: what arrived after a LOGIN still being checked (a request, or a grammar error's
+        #: text), handled in order once it is decided
+        self._held: list[codec.Request | str] = []
+        self._login_pending = False
 
     # Replies go through ``self.reply``, events through ``self.peer.send``: both within the
     # output budget (a client that floods requests without reading is a slow consumer too),
@@ -113,7 +119,10 @@ class SSMPServerSession(ServerSession):
                 if self._closing:
                     break
         except RemoteProtocolError as e:
-            self._bad_request(str(e))
+            if self._login_pending:  # answered in its turn, after the LOGIN
+                self._held.append(str(e))
+            else:
+                self._bad_request(str(e))
 
     # -- before login ------------------------------------------------------------------------
 
@@ -130,11 +139,25 @@ class SSMPServerSession(ServerSession):
             host=session.host,
             tls_names=self.certificate_names(),
         )
-        result = self.broker.login(session, request)
+        # the scheme may answer later (password: a hash checked in a thread); what
+        # follows the LOGIN waits for the answer, and the peer's input with it
+        self._login_pending = True
+        self._handle = self._hold_request
+        self.broker.begin_login(session, request, self._login_decided)
+        if self._login_pending:
+            session.hold_reading(_LOGIN_HOLD)
+
+    def _hold_request(self, event: codec.Request) -> None:
+        self._held.append(event)
+
+    def _login_decided(self, result: AuthResult) -> None:
+        self._login_pending = False
+        session = self.peer
         if not isinstance(result, Accept):
             # answered late (login-failure-delay), so guessing is slow; nothing after the
             # LOGIN is read: the connection closes with the answer
             self._closing = True
+            self._held.clear()
             self.timers.call_later(self.broker.config.login_failure_delay, self._refuse_login)
             return
         identity = session.identity or result.identity
@@ -142,6 +165,19 @@ class SSMPServerSession(ServerSession):
         self._handle = self._handle_request
         self.logged_in()
         self.reply(OK)
+        held, self._held = self._held, []
+        try:
+            for event in held:
+                if self._closing:
+                    break
+                if isinstance(event, str):
+                    self._bad_request(event)
+                else:
+                    self._handle(event)
+        except RemoteProtocolError as e:
+            self._bad_request(str(e))
+        if not self._closing:
+            session.release_reading(_LOGIN_HOLD)
 
     def _refuse_login(self) -> None:
         if not self.closed:

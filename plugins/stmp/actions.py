@@ -28,7 +28,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from msgbroker.auth import Accept, LoginRequest
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from msgbroker.auth import Accept, AuthResult, LoginRequest
 from msgbroker.errors import (
     AlreadySubscribed,
     LimitExceeded,
@@ -104,14 +107,28 @@ def login(request: RouteRequest) -> Any:
         host=session.host,
         tls_names=connection.certificate_names(),
     )
-    result = broker.login(session, login_request)
-    if not isinstance(result, Accept):
-        # the server session answers it login-failure-delay late
-        raise STMPStatusError(Status.UNAUTHORIZED, {"schemes": list(broker.enabled_schemes)})
-    connection.login_accepted(request.encoding)
-    if result.identity != fields["id"]:  # an auth hook chose another: tell the client
-        return {"id": result.identity}
-    return None
+    answer: Deferred[Any] = Deferred()
+
+    def decided(result: AuthResult) -> None:
+        if not isinstance(result, Accept):
+            # the server session answers it login-failure-delay late
+            schemes = {"schemes": list(broker.enabled_schemes)}
+            answer.errback(STMPStatusError(Status.UNAUTHORIZED, schemes))
+            return
+        connection.login_accepted(request.encoding)
+        # an auth hook chose another identity: tell the client
+        answer.callback({"id": result.identity} if result.identity != fields["id"] else None)
+
+    # the scheme may answer later (password: a hash checked in a thread): then the login
+    # is answered later, and what the client sent after it waits (the session holds it)
+    broker.begin_login(session, login_request, decided)
+    if not answer.called:
+        return answer
+    outcome: list[Any] = []
+    answer.addBoth(outcome.append)
+    if isinstance(outcome[0], Failure):
+        outcome[0].raiseException()
+    return outcome[0]
 
 
 def subscribe(request: RouteRequest) -> Any:

@@ -282,7 +282,11 @@ class STMPServerSession(ServerSession):
             if not due():
                 return None
             error = failure.value
-            if isinstance(error, STMPStatusError):
+            if isinstance(error, STMPStatusError) and _refused_login(request, error):
+                self._refuse_login(request, error, framing)  # late too; releases then
+                if self.broker.config.login_failure_delay > 0:
+                    return None
+            elif isinstance(error, STMPStatusError):
                 self.respond(request, error.status, error.payload, framing)
             else:
                 log.failure(
@@ -496,3 +500,7 @@ class STMPWebSocketSession(STMPServerSession):
 
     def release_kept(self) -> None:
         pass  # autobahn keeps what arrived: parsed when reading resumes
+
+
+def _refused_login(request: Request, error: STMPStatusError) -> bool:
+    return request.action == payloads.LOGIN and error.status == Status.UNAUTHORIZED

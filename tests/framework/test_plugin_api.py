@@ -234,7 +234,15 @@ def _name(node):
 def test_help_lists_the_commands_in_their_order():
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command")
-    assert list(subparsers.choices) == ["ssmp", "stmp", "mm2", "sbus", "analytics", "plugins"]
+    assert list(subparsers.choices) == [
+        "ssmp",
+        "stmp",
+        "mm2",
+        "sbus",
+        "users",
+        "analytics",
+        "plugins",
+    ]
 
 
 def test_the_command_line_imports_no_spark_and_the_broker_no_command(tmp_path):
@@ -268,7 +276,7 @@ def test_a_plugin_command_runs_end_to_end(tmp_path):
     done = msgbroker("--help", env=env)
     # a command's line is indented by four; its wrapped help further
     commands = re.findall(r"^ {4}(\S+)", done.stdout, re.MULTILINE)
-    assert commands[:7] == ["ssmp", "stmp", "mm2", "sbus", "analytics", "greet", "plugins"]
+    assert commands[:8] == ["ssmp", "stmp", "mm2", "sbus", "users", "analytics", "greet", "plugins"]
 
 
 def test_a_broken_plugin_costs_one_line_not_every_command(tmp_path):
@@ -293,7 +301,7 @@ def test_a_command_that_is_none_or_taken_is_left_out_with_one_line(capsys):
             register(types.SimpleNamespace(NAME="half"))
 
     commands = Plugins.load(extra=(Commands(),)).commands(on_error=lambda plugin, line: print(line))
-    assert [c.name for c in commands] == ["ssmp", "stmp", "mm2", "sbus", "analytics"]
+    assert [c.name for c in commands] == ["ssmp", "stmp", "mm2", "sbus", "users", "analytics"]
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     assert "the command name 'ssmp' is taken (by plugin 'ssmp')" in lines[0]
