@@ -19,22 +19,16 @@ import datetime as dt
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from msgbroker.cli import CommandError
 
-from . import charts, stream
+from . import stream
+from .plugin import COMMAND as REGISTERED
 from .spark import require_spark_extra, start_spark
 from .stream import add_stream_arguments
 
-if TYPE_CHECKING:
-    pass
-
-NAME = "analytics"
-HELP = (
-    "PySpark jobs over the journal: an HTML/Parquet traffic report, and live per-topic rates "
-    "published back into the broker (needs Java 17)"
-)
+NAME = REGISTERED.NAME
+HELP = REGISTERED.HELP
 
 
 def _time(text: str) -> dt.datetime:
@@ -136,6 +130,8 @@ def _preload() -> None:
     # only a head start: drawing imports the same again, on the report's own path, where a
     # failure (a broken matplotlib) is reported, so a thread's traceback would only repeat it
     with contextlib.suppress(Exception):
+        from . import charts  # pyarrow and matplotlib: only for a report
+
         charts.preload()
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
+from msgbroker.commands import LazyCommand
 from msgbroker.connection import StreamFactory
 
 from . import hookspecs
@@ -34,6 +35,14 @@ def build_factory(broker: Broker, listener: Listener) -> StreamFactory:
     return StreamFactory(broker, MM2ServerSession)
 
 
+#: ``msgbroker mm2``: the client (:mod:`.cli`) is imported only when it runs
+COMMAND = LazyCommand(
+    "mm2",
+    "Micromessage2 client: subscribe (filters, queue groups), publish with properties",
+    "msgbroker.plugins.mm2.cli",
+)
+
+
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
     register(
@@ -54,6 +63,4 @@ def msgbroker_add_hookspecs(add: Callable[[object], None]) -> None:
 
 @hookimpl
 def msgbroker_register_commands(register: RegisterCommand) -> None:
-    from . import cli
-
-    register(cli, order=30)
+    register(COMMAND, order=30)

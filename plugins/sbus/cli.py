@@ -32,9 +32,10 @@ from msgbroker.clientkit import cli as kit
 
 from .blocking import ADDRESS_ENV, BlockingSbusClient, SbusConnectionClosed, default_address
 from .codec import DEFAULT_MAX_PACKET, Publish
+from .plugin import COMMAND as REGISTERED
 
-NAME = "sbus"
-HELP = "sbus client: subscribe to key patterns, publish, ask for credentials"
+NAME = REGISTERED.NAME
+HELP = REGISTERED.HELP
 
 
 def render_key(key: bytes) -> str:

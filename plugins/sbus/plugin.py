@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
+from msgbroker.commands import LazyCommand
 
 from .addresses import default_path
 from .protocol import SbusServerSession
@@ -39,6 +40,14 @@ def build_factory(broker: Broker, listener: Listener) -> SbusFactory:
     return SbusFactory(broker, parse_endpoint(None, listener.endpoint).max_packet)
 
 
+#: ``msgbroker sbus``: the client (:mod:`.cli`) is imported only when it runs
+COMMAND = LazyCommand(
+    "sbus",
+    "sbus client: subscribe to key patterns, publish, ask for credentials",
+    "msgbroker.plugins.sbus.cli",
+)
+
+
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
     register(
@@ -55,6 +64,4 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
 
 @hookimpl
 def msgbroker_register_commands(register: RegisterCommand) -> None:
-    from . import cli
-
-    register(cli, order=40)
+    register(COMMAND, order=40)

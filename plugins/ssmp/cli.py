@@ -24,9 +24,10 @@ from msgbroker.clientkit import cli as kit
 from .client import BlockingSSMPClient, Delivery, Presence, SSMPError
 from .client_session import DEFAULT_PORT
 from .codec import MAX_PAYLOAD, is_valid_id
+from .plugin import COMMAND as REGISTERED
 
-NAME = "ssmp"
-HELP = "SSMP 1.1 client: subscribe, publish, unicast, broadcast"
+NAME = REGISTERED.NAME
+HELP = REGISTERED.HELP
 
 
 def render_event(event: Delivery | Presence) -> str:

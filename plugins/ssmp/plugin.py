@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
+from msgbroker.commands import LazyCommand
 
 from .protocol import SSMPServerSession
 
@@ -16,6 +17,14 @@ if TYPE_CHECKING:
     from msgbroker.commands import RegisterCommand
 
 DEFAULT_ENDPOINT = "tcp:4444:interface=127.0.0.1"
+
+
+#: ``msgbroker ssmp``: the client (:mod:`.cli`) is imported only when it runs
+COMMAND = LazyCommand(
+    "ssmp",
+    "SSMP 1.1 client: subscribe, publish, unicast, broadcast",
+    "msgbroker.plugins.ssmp.cli",
+)
 
 
 @hookimpl
@@ -32,6 +41,4 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
 
 @hookimpl
 def msgbroker_register_commands(register: RegisterCommand) -> None:
-    from . import cli
-
-    register(cli, order=10)
+    register(COMMAND, order=10)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgbroker import hookimpl
 from msgbroker.broker import ProtocolSpec
+from msgbroker.commands import LazyCommand
 from msgbroker.connection import StreamFactory
 
 from . import actions, hookspecs
@@ -37,6 +38,14 @@ def build_ws_factory(broker: Broker, listener: Listener) -> Any:
 
     router_for(broker)
     return STMPWebSocketFactory(broker, listener)
+
+
+#: ``msgbroker stmp``: the client (:mod:`.cli`) is imported only when it runs
+COMMAND = LazyCommand(
+    "stmp",
+    "STMP 0.1 client: subscribe, publish, call an action (TCP or WebSocket)",
+    "msgbroker.plugins.stmp.cli",
+)
 
 
 @hookimpl
@@ -73,6 +82,4 @@ def msgbroker_register_stmp_routes(router: Router) -> None:
 
 @hookimpl
 def msgbroker_register_commands(register: RegisterCommand) -> None:
-    from . import cli
-
-    register(cli, order=20)
+    register(COMMAND, order=20)
