@@ -1,7 +1,7 @@
 """What a process loads at start, as a user runs it: a ``msgbroker`` client command imports
 its own command's module and nothing of the analytics stack (pyarrow, numpy, PySpark,
-pandas, matplotlib), and a broker or ``sbusd`` without ``--journal`` maps no pyarrow or
-numpy library. Checked by module and library names, never by timing (bench/ measures that:
+pandas, matplotlib) nor of the server (Twisted, pyOpenSSL), and a broker or ``sbusd``
+without ``--journal`` maps no pyarrow or numpy library. Checked by module and library names, never by timing (bench/ measures that:
 docs/changes.md has the figures)."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import pytest
 
 from tests.ssmp.e2e_support import LineReader, stop_process, twistd_broker
 
-HEAVY = ("pyarrow", "numpy", "pyspark", "pandas", "matplotlib", "py4j")
+#: what a client command does without: the analytics stack, and Twisted and pyOpenSSL (the
+#: command-line clients are the blocking ones, on the standard library's sockets and ssl)
+HEAVY = ("pyarrow", "numpy", "pyspark", "pandas", "matplotlib", "py4j", "twisted", "OpenSSL")
 #: runs ``msgbroker ARGS`` and, at exit, reports the heavy modules and the command modules
 #: it imported (on stderr, after whatever the command wrote)
 _RUN_AND_REPORT = f"""
@@ -67,6 +69,7 @@ def test_a_command_imports_its_own_module_and_no_analytics(args, command):
 
 
 def test_analytics_help_does_not_import_the_analytics_stack_either():
+    """Its jobs import PySpark and pyarrow when they run; ``--help`` does not run one."""
     done, heavy, commands = msgbroker("analytics", "--help")
     assert done.returncode == 0, done.stderr
     assert "report" in done.stdout

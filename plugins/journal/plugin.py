@@ -15,9 +15,8 @@ pyarrow) are imported only then: a broker without a journal, and sbusd, never lo
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
-
-from twisted.logger import Logger
 
 from msgbroker import hookimpl
 from msgbroker.errors import ConfigError
@@ -28,12 +27,22 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from twisted.logger import Logger
+
     from msgbroker import ConfigSection
     from msgbroker.broker import Broker
 
     from .recorder import Journal
 
-log = Logger(namespace="msgbroker.journal")
+
+@functools.cache
+def _log() -> Logger:
+    """The journal's logger, made on first use: the command line loads this module too, and
+    needs no Twisted."""
+    from twisted.logger import Logger
+
+    return Logger(namespace="msgbroker.journal")
+
 
 #: the name the active journal is registered under among the broker's plugins
 ACTIVE = "journal.active"
@@ -50,7 +59,7 @@ def active_journal(broker: Broker) -> Journal | None:
 
 
 def _warn(text: str) -> None:
-    log.warn("{text}", text=text)
+    _log().warn("{text}", text=text)
 
 
 @hookimpl
@@ -79,9 +88,9 @@ def msgbroker_broker_started(broker: Broker) -> None:
     except OSError as e:
         raise ConfigError(f"cannot write the journal in {settings.directory}: {e}") from None
     for path in writer.removed:
-        log.info("journal: removed {path}, left by an interrupted write", path=str(path))
+        _log().info("journal: removed {path}, left by an interrupted write", path=str(path))
     broker.add_plugin(Journal(writer), name=ACTIVE)  # the hub gets its observers now
-    log.info(
+    _log().info(
         "journal writing to {directory}{payloads}",
         directory=settings.directory,
         payloads=" (with payloads)" if settings.payloads else "",

@@ -14,21 +14,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from msgbroker import hookimpl
-from msgbroker.broker import ProtocolSpec
 from msgbroker.commands import LazyCommand
 
 from .addresses import default_path
-from .protocol import SbusServerSession
-from .seqpacket import SeqpacketServerEndpoint, parse_endpoint
-from .server import SbusFactory
 
 if TYPE_CHECKING:
-    from msgbroker.broker import Broker
+    from msgbroker.broker import Broker, ProtocolSpec
     from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
 
+    from .seqpacket import SeqpacketServerEndpoint
+    from .server import SbusFactory
+
 
 def build_endpoint(reactor: Any, text: str) -> SeqpacketServerEndpoint:
+    from .seqpacket import parse_endpoint
+
     endpoint = parse_endpoint(reactor, text)
     if text == "unix:" + default_path():
         os.makedirs(os.path.dirname(default_path()), mode=0o700, exist_ok=True)
@@ -36,6 +37,9 @@ def build_endpoint(reactor: Any, text: str) -> SeqpacketServerEndpoint:
 
 
 def build_factory(broker: Broker, listener: Listener) -> SbusFactory:
+    from .seqpacket import parse_endpoint
+    from .server import SbusFactory
+
     # the same parse as the endpoint's: the session checks the size the port reads
     return SbusFactory(broker, parse_endpoint(None, listener.endpoint).max_packet)
 
@@ -50,6 +54,11 @@ COMMAND = LazyCommand(
 
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
+    # the server side only here: the command line loads this module too, and needs none of it
+    from msgbroker.broker import ProtocolSpec
+
+    from .protocol import SbusServerSession
+
     register(
         ProtocolSpec(
             name="sbus",

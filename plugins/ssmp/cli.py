@@ -21,9 +21,9 @@ from typing import Any
 from msgbroker.cli import CommandError
 from msgbroker.clientkit import cli as kit
 
-from .client import BlockingSSMPClient, Delivery, Presence, SSMPError
-from .client_session import DEFAULT_PORT
-from .codec import MAX_PAYLOAD, is_valid_id
+from .blocking import BlockingSSMPClient
+from .client_session import DEFAULT_PORT, SSMPError
+from .codec import MAX_PAYLOAD, Delivery, Presence, is_valid_id
 from .plugin import COMMAND as REGISTERED
 
 NAME = REGISTERED.NAME

@@ -6,14 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from msgbroker import hookimpl
-from msgbroker.broker import ProtocolSpec
 from msgbroker.commands import LazyCommand
-
-from .protocol import SSMPServerSession
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from msgbroker.broker import ProtocolSpec
     from msgbroker.commands import RegisterCommand
 
 DEFAULT_ENDPOINT = "tcp:4444:interface=127.0.0.1"
@@ -29,6 +27,11 @@ COMMAND = LazyCommand(
 
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
+    # the server side only here: the command line loads this module too, and needs none of it
+    from msgbroker.broker import ProtocolSpec
+
+    from .protocol import SSMPServerSession
+
     register(
         ProtocolSpec(
             name="ssmp",

@@ -34,8 +34,16 @@ from typing import Any
 from msgbroker.cli import CommandError
 from msgbroker.clientkit import cli as kit
 
-from .client import BlockingSTMPClient, Delivery, STMPError
-from .client_common import DEFAULT_PORT, DEFAULT_WS_PORT, HEARTBEAT, decoded, status_name
+from .blocking import BlockingSTMPClient
+from .client_common import (
+    DEFAULT_PORT,
+    DEFAULT_WS_PORT,
+    HEARTBEAT,
+    Delivery,
+    STMPError,
+    decoded,
+    status_name,
+)
 from .codec import Encoding, Status, parse_action
 from .plugin import COMMAND as REGISTERED
 
