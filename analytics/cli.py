@@ -123,6 +123,12 @@ def _run_prepare(args: argparse.Namespace) -> int:
         print(f"prepared {done.path} ({size}) in {done.seconds:.0f} s")
     else:
         print(f"already prepared: {done.path} ({size})")
+    if done.removed:
+        count = len(done.removed)
+        print(
+            f"removed {count} old class-data archive{'s' if count > 1 else ''} "
+            f"({done.removed_bytes / 2**20:.0f} MB)"
+        )
     return 0
 
 
