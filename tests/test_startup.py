@@ -1,8 +1,8 @@
 """What a process loads at start, as a user runs it: a ``msgbroker`` client command imports
 its own command's module and nothing of the analytics stack (pyarrow, numpy, PySpark,
 pandas, matplotlib) nor of the server (Twisted, pyOpenSSL), and a broker or ``sbusd``
-without ``--journal`` maps no pyarrow or numpy library. Checked by module and library names, never by timing (bench/ measures that:
-docs/changes.md has the figures)."""
+without ``--journal`` maps no pyarrow or numpy library. Checked by module and library
+names, never by timing (docs/changes.md has the figures)."""
 
 from __future__ import annotations
 
