@@ -52,7 +52,8 @@ class LazyCommand:
     imported only when the command line runs this command: ``msgbroker --help`` and the
     other commands never import it, nor what it imports (PySpark, pyarrow, a client).
 
-    ``NAME`` and ``HELP`` are given here and must be the module's own when it has them."""
+    ``NAME`` and ``HELP`` are given here, for ``--help``; a module that has a ``NAME`` of
+    its own must have this one (checked when it is loaded)."""
 
     NAME: str
     HELP: str
