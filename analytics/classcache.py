@@ -23,6 +23,11 @@ How :func:`prepare` builds it:
    rewritten in place (a rebuild writes a new file and renames it over the old one; JVMs that
    mapped the old one keep it). Concurrent prepares each write their own temporary file.
 
+Each :func:`prepare` then prunes the cache (:func:`prune`): it deletes the archives this
+one replaces and those that can never be used again (their virtualenv or Java is gone), and
+keeps at most :data:`KEEP_OTHERS` archives of other setups sharing the cache besides the
+current one, the newest: each is about 200 MB.
+
 The archive's name carries a key (:func:`setup_key`) over everything it depends on: the
 ``java`` executable (real path, version, ``libjvm.so``), the PySpark version and Spark home,
 what the launcher builds the driver's classpath from (the conf directory, the environment
@@ -34,6 +39,7 @@ silently runs without it, so the archive is only ever an optimization.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -68,6 +74,9 @@ _CLASSPATH_ENV = (
 _MODULE_OPTION_PREFIXES = ("--add-", "--enable-native-access", "--sun-misc-")
 #: a crashed prepare's temporary files older than this are removed by the next prepare
 _STALE_TEMP_SECONDS = 24 * 3600
+#: archives of other setups sharing the cache (other virtualenvs) kept besides the current
+#: one: about 200 MB each
+KEEP_OTHERS = 2
 
 # what the child process runs (msgbroker.analytics.classrecord)
 _CHILD = "from msgbroker.analytics.classrecord import record; record()"
@@ -79,12 +88,15 @@ class PrepareFailed(Exception):
 
 @dataclass(frozen=True)
 class Prepared:
-    """What :func:`prepare` did: the archive, its size, and whether this call built it."""
+    """What :func:`prepare` did: the archive, its size, whether this call built it, and the
+    archives it deleted (:func:`prune`) with their size in all."""
 
     path: Path
     size: int
     seconds: float
     built: bool
+    removed: tuple[Path, ...] = ()
+    removed_bytes: int = 0
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -287,27 +299,86 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _remove_leftovers(cache: Path, keep: Path, java: str, home: str) -> None:
-    """Delete crashed prepares' temporary files, and archives this one replaces (same Java,
-    same Spark home: they can never match again). Another setup's archives (another venv
-    sharing the cache) stay. JVMs that mapped a deleted archive keep their mapping."""
+def prune(cache: Path, keep: Path, keep_others: int = KEEP_OTHERS) -> list[Path]:
+    """Delete the archives in ``cache`` that are of no more use, and the oldest beyond a
+    limit; returns the archives deleted. Kept: ``keep`` (the current setup's) and the
+    ``keep_others`` newest archives of other setups sharing the cache (another virtualenv, a
+    second Java) that can still be used. Deleted:
+
+    - archives ``keep`` replaces: same Java, same Spark home (they can never match again);
+    - archives whose Java or Spark home is gone (a deleted virtualenv), or whose classpath
+      files changed (the key they were made for cannot come back);
+    - the oldest of the rest, beyond ``keep_others``;
+    - an archive without its metadata (never used), and crashed prepares' temporary files
+      older than a day.
+
+    JVMs that mapped a deleted archive keep their mapping."""
     now = time.time()
-    for entry in cache.iterdir():
+    current = _read_metadata(_metadata_path(keep))
+    others: list[tuple[float, Path]] = []
+    removed: list[Path] = []
+
+    def remove(archive: Path) -> None:
+        try:
+            archive.unlink(missing_ok=True)
+            _metadata_path(archive).unlink(missing_ok=True)
+        except OSError:
+            return
+        removed.append(archive)
+
+    for entry in sorted(cache.iterdir()):
         try:
             if entry.name.startswith(".") and ".tmp-" in entry.name:
                 if now - entry.stat().st_mtime > _STALE_TEMP_SECONDS:
                     entry.unlink()
-            elif entry.suffix == ".json" and entry != _metadata_path(keep):
-                metadata = json.loads(entry.read_text())
-                if metadata.get("java") == java and metadata.get("spark_home") == home:
-                    entry.with_suffix(".jsa").unlink(missing_ok=True)
-                    entry.unlink()
-        except (OSError, ValueError):
+                continue
+            if entry.suffix == ".jsa" and entry != keep and not _metadata_path(entry).exists():
+                remove(entry)
+                continue
+            if entry.suffix != ".json" or entry == _metadata_path(keep):
+                continue
+        except OSError:
             continue
+        archive = entry.with_suffix(".jsa")
+        metadata = _read_metadata(entry)
+        if metadata is None:
+            continue  # not ours, or being written: leave it
+        same_setup = current is not None and (
+            metadata.get("java") == current.get("java")
+            and metadata.get("spark_home") == current.get("spark_home")
+        )
+        dead = not (
+            os.path.exists(str(metadata.get("java")))
+            and os.path.isdir(str(metadata.get("spark_home")))
+            and _classpath_unchanged(metadata)
+        )
+        if same_setup or dead:
+            remove(archive)
+        else:
+            others.append((float(metadata.get("created") or 0), archive))
+    others.sort(reverse=True)
+    for _, archive in others[max(0, keep_others) :]:
+        remove(archive)
+    return removed
 
 
-def prepare(*, force: bool = False, cache: Path | None = None, timeout: float = 900.0) -> Prepared:
-    """Build the archive for the current setup, unless there is one (or ``force``).
+def _read_metadata(path: Path) -> dict[str, Any] | None:
+    try:
+        metadata = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return metadata if isinstance(metadata, dict) else None
+
+
+def prepare(
+    *,
+    force: bool = False,
+    cache: Path | None = None,
+    timeout: float = 900.0,
+    keep_others: int = KEEP_OTHERS,
+) -> Prepared:
+    """Build the archive for the current setup, unless there is one (or ``force``); either
+    way, :func:`prune` the cache (``keep_others``).
 
     :class:`~msgbroker.analytics.java.JavaMissing` without Java, :class:`PrepareFailed`
     (one line) for anything else. Takes about a minute (two JVM runs and the dump)."""
@@ -321,7 +392,9 @@ def prepare(*, force: bool = False, cache: Path | None = None, timeout: float = 
         raise PrepareFailed("PySpark is not installed: pip install 'msgbroker[spark]'")
     archive = archive_path(key, cache)
     if not force and archive_for_current_setup(cache) == archive:
-        return Prepared(archive, archive.stat().st_size, 0.0, built=False)
+        return _pruned(
+            Prepared(archive, archive.stat().st_size, 0.0, built=False), cache, keep_others
+        )
     cache.mkdir(parents=True, exist_ok=True)
 
     tag = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
@@ -402,5 +475,12 @@ def prepare(*, force: bool = False, cache: Path | None = None, timeout: float = 
         finally:
             tmp_archive.unlink(missing_ok=True)
             tmp_metadata.unlink(missing_ok=True)
-    _remove_leftovers(cache, archive, metadata["java"], metadata["spark_home"])
-    return Prepared(archive, archive.stat().st_size, time.monotonic() - started, built=True)
+    done = Prepared(archive, archive.stat().st_size, time.monotonic() - started, built=True)
+    return _pruned(done, cache, keep_others)
+
+
+def _pruned(done: Prepared, cache: Path, keep_others: int) -> Prepared:
+    sizes = {p: _stat(p)[1] or 0 for p in cache.glob("*.jsa") if p != done.path}
+    removed = prune(cache, done.path, keep_others)
+    freed = sum(sizes.get(p, 0) for p in removed)
+    return dataclasses.replace(done, removed=tuple(removed), removed_bytes=freed)

@@ -19,22 +19,16 @@ import datetime as dt
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from msgbroker.cli import CommandError
 
-from . import charts, stream
+from . import stream
+from .plugin import COMMAND as REGISTERED
 from .spark import require_spark_extra, start_spark
 from .stream import add_stream_arguments
 
-if TYPE_CHECKING:
-    pass
-
-NAME = "analytics"
-HELP = (
-    "PySpark jobs over the journal: an HTML/Parquet traffic report, and live per-topic rates "
-    "published back into the broker (needs Java 17)"
-)
+NAME = REGISTERED.NAME
+HELP = REGISTERED.HELP
 
 
 def _time(text: str) -> dt.datetime:
@@ -129,6 +123,12 @@ def _run_prepare(args: argparse.Namespace) -> int:
         print(f"prepared {done.path} ({size}) in {done.seconds:.0f} s")
     else:
         print(f"already prepared: {done.path} ({size})")
+    if done.removed:
+        count = len(done.removed)
+        print(
+            f"removed {count} old class-data archive{'s' if count > 1 else ''} "
+            f"({done.removed_bytes / 2**20:.0f} MB)"
+        )
     return 0
 
 
@@ -136,6 +136,8 @@ def _preload() -> None:
     # only a head start: drawing imports the same again, on the report's own path, where a
     # failure (a broken matplotlib) is reported, so a thread's traceback would only repeat it
     with contextlib.suppress(Exception):
+        from . import charts  # pyarrow and matplotlib: only for a report
+
         charts.preload()
 
 

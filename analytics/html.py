@@ -1,6 +1,10 @@
 """``REPORT_DIR/index.html``: summary numbers first, then one section per question, each with
 its chart and the head of its table. Self-contained apart from the PNGs beside it (no
 scripts, no web fonts), so it opens from a file or any static server.
+
+Written for a person: tables have titles in words (the Parquet name is beside, small),
+columns say what they hold, identifiers are printed as they are (no thousands separators),
+and a table or chart with nothing in it is one line saying so, not an empty frame.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ h1 { margin-bottom: 0.2em; } .sub { color: #666; margin-top: 0; }
 .card b { display: block; font-size: 1.5em; } .card span { color: #666; font-size: 0.85em; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 td, th { border-bottom: 1px solid #eee; padding: 0.25em 0.8em; text-align: left; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
-img { max-width: 100%; border: 1px solid #eee; } .warn { color: #a40; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+h3 { font-size: 1em; margin: 1.2em 0 0.3em; } h3 small { color: #888; font-weight: normal; }
+img { max-width: 100%; border: 1px solid #eee; display: block; } .warn { color: #a40; }
+p.none { color: #666; font-style: italic; margin: 0.3em 0 1em; }
 """
 
 #: section title, chart (or None), tables shown under it, and a sentence of explanation
@@ -79,6 +85,46 @@ SECTIONS: tuple[tuple[str, str | None, tuple[str, ...], str], ...] = (
 )
 
 
+#: each table's title in the page, and the line shown instead when it has no rows
+TABLE_TITLES: dict[str, tuple[str, str]] = {
+    "summary": ("Summary", "No data."),
+    "kinds": ("Messages by kind", "No messages in this period."),
+    "protocols": ("Sent, by the sender's protocol", "No messages in this period."),
+    "recipient_protocols": (
+        "Delivered, by the recipient's protocol",
+        "No deliveries in this period.",
+    ),
+    "traffic_by_minute": ("Messages per minute", "No messages in this period."),
+    "topics": ("Busiest topics", "No multicast messages in this period."),
+    "topics_by_minute": ("The top topics, per minute", "No multicast messages in this period."),
+    "senders_by_minute": ("Senders, per minute", "No messages in this period."),
+    "top_talkers": ("Senders by messages", "No messages in this period."),
+    "fanout": ("Messages by number of deliveries", "No messages in this period."),
+    "drops_by_topic": ("Topics with drops or skips", "Nothing was dropped or skipped."),
+    "auth_failures_by_identity": ("Refused logins by identity", "No refused logins."),
+    "auth_failures_by_host": ("Refused logins by peer address", "No refused logins."),
+    "sessions": ("Sessions", "No sessions in this period."),
+}
+#: column headings in words, where the Parquet name is not one (per table, then for all)
+COLUMN_LABELS: dict[str, str] = {
+    "session_id": "session id",
+    "duration_s": "duration (s)",
+    "rank_messages": "rank by messages",
+    "rank_bytes": "rank by bytes",
+    "delivered": "deliveries",
+    "protocols": "protocols used",
+    "hosts": "peer addresses",
+    "identities": "identities tried",
+    "host": "peer address",
+}
+TABLE_COLUMN_LABELS: dict[tuple[str, str], str] = {
+    ("fanout", "delivered"): "deliveries of one message",
+    ("fanout", "messages"): "messages",
+}
+#: columns that are identifiers, not quantities: printed as they are (no 1,234 grouping)
+IDENTIFIER_COLUMNS = frozenset({"session_id"})
+
+
 def write_index(
     out_dir: Path,
     journal_dir: Path,
@@ -110,15 +156,21 @@ def write_index(
         )
         parts.append("</ul>")
     for title, chart, names, text in SECTIONS:
-        parts.append(f"<h2>{escape(title)}</h2><p>{escape(text)}</p>")
+        parts.append(f"<h2>{escape(title)}</h2>")
+        if all(tables[name].num_rows == 0 for name in names):
+            # one line for the whole section: no empty chart, no empty tables
+            parts.append(f'<p class="none">{escape(TABLE_TITLES[names[0]][1])}</p>')
+            continue
+        parts.append(f"<p>{escape(text)}</p>")
         if chart is not None and chart in chart_names:
             rel = chart_names[chart].relative_to(out_dir).as_posix()
-            parts.append(f'<img src="{escape(rel)}" alt="{escape(title)}">')
+            parts.append(f'<img src="{escape(rel)}" alt="{escape(title)} (chart)">')
         for name in names:
             parts.append(_table(name, tables[name]))
     parts.append("<h2>Tables</h2><p>Every table, in full, as Parquet:</p><ul>")
     parts.extend(
-        f'<li><a href="tables/{name}/">tables/{name}/</a> ({tables[name].num_rows} rows)</li>'
+        f'<li><a href="tables/{name}/">tables/{name}/</a>: '
+        f"{escape(_title(name))} ({_rows(tables[name].num_rows)})</li>"
         for name in tables
     )
     parts.append("</ul></body></html>")
@@ -169,27 +221,51 @@ def _bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _title(name: str) -> str:
+    return TABLE_TITLES.get(name, (name, ""))[0]
+
+
+def _rows(count: int) -> str:
+    return f"{count:,} row" if count == 1 else f"{count:,} rows"
+
+
+def _label(table: str, column: str) -> str:
+    return TABLE_COLUMN_LABELS.get((table, column)) or COLUMN_LABELS.get(column, column)
+
+
 def _table(name: str, table: pa.Table) -> str:
+    """The head of ``table`` under its title in words (its Parquet name beside, small); one
+    line instead when it has no rows."""
+    title, none = TABLE_TITLES.get(name, (name, "None."))
+    more = f", first {HEAD_ROWS} of {table.num_rows:,}" if table.num_rows > HEAD_ROWS else ""
+    heading = f"<h3>{escape(title)} <small>tables/{escape(name)}{more}</small></h3>"
+    if table.num_rows == 0:
+        return f'{heading}<p class="none">{escape(none)}</p>'
     head = table.slice(0, HEAD_ROWS).to_pylist()
-    more = f" (first {HEAD_ROWS} of {table.num_rows})" if table.num_rows > HEAD_ROWS else ""
-    rows = [f"<h3>{escape(name)}{more}</h3><table><tr>"]
-    rows.extend(f"<th>{escape(col)}</th>" for col in table.column_names)
+    numeric = [
+        pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+        for field in table.schema
+    ]
+    rows = [heading, "<table><tr>"]
+    for column, right in zip(table.column_names, numeric, strict=True):
+        css = ' class="n"' if right else ""
+        rows.append(f"<th{css}>{escape(_label(name, column))}</th>")
     rows.append("</tr>")
-    if not head:
-        rows.append(f'<tr><td colspan="{table.num_columns}">(none)</td></tr>')
     for row in head:
         cells = []
-        for value in row.values():
+        for column, value in row.items():
             css = ' class="n"' if isinstance(value, int | float) else ""
-            cells.append(f"<td{css}>{escape(_cell(value))}</td>")
+            cells.append(f"<td{css}>{escape(_cell(column, value))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     rows.append("</table>")
     return "".join(rows)
 
 
-def _cell(value: Any) -> str:
+def _cell(column: str, value: Any) -> str:
     if value is None:
         return "—"
+    if column in IDENTIFIER_COLUMNS:
+        return str(value)
     if isinstance(value, dt.datetime):
         return f"{value:%Y-%m-%d %H:%M:%S}"
     if isinstance(value, float):

@@ -1,7 +1,8 @@
 """The analytics plugin: ``msgbroker analytics`` (entry point ``analytics``).
 
-Only the command: its module is imported when the command line asks for it, and PySpark
-only when an action runs, so a broker that loads this plugin pays nothing for it.
+Only the command, registered lazily: its module (:mod:`.cli`) is imported only when the
+command line runs ``msgbroker analytics``, and PySpark only when an action runs, so neither a
+broker that loads this plugin nor any other ``msgbroker`` command pays for it.
 """
 
 from __future__ import annotations
@@ -9,13 +10,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from msgbroker import hookimpl
+from msgbroker.commands import LazyCommand
 
 if TYPE_CHECKING:
     from msgbroker.commands import RegisterCommand
 
 
+
+
+#: ``msgbroker analytics``: the jobs' command line (:mod:`.cli`) is imported only when it runs
+COMMAND = LazyCommand(
+    "analytics",
+    (
+        "PySpark jobs over the journal: an HTML/Parquet traffic report, and live per-topic rates "
+        "published back into the broker (needs Java 17)"
+    ),
+    "msgbroker.analytics.cli",
+)
+
+
 @hookimpl
 def msgbroker_register_commands(register: RegisterCommand) -> None:
-    from . import cli
-
-    register(cli, order=90)
+    register(COMMAND, order=90)

@@ -8,14 +8,57 @@ typed way to call hooks), the value types plugins see, and the errors.
 
 from __future__ import annotations
 
-from .auth import Accept, AuthScheme, Deny, LoginRequest
-from .broker import Broker, ProtocolSpec
-from .config import BrokerConfig, ConfigSection, Listener, Option
-from .errors import ConfigError, MsgbrokerError, RemoteProtocolError
-from .hooks import Plugins
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .markers import hookimpl, hookspec, per_topic
-from .message import Kind, Message, RouteResult
-from .session import Session
+
+if TYPE_CHECKING:
+    from .auth import Accept, AuthScheme, Deny, LoginRequest
+    from .broker import Broker, ProtocolSpec
+    from .config import BrokerConfig, ConfigSection, Listener, Option
+    from .errors import ConfigError, MsgbrokerError, RemoteProtocolError
+    from .hooks import Plugins
+    from .message import Kind, Message, RouteResult
+    from .session import Session
+
+#: where each re-exported name lives: imported on first use (PEP 562), so ``import
+#: msgbroker`` (every plugin module does it for ``hookimpl``) does not load the broker,
+#: Twisted and TLS; the ``msgbroker`` clients start without them
+_LAZY = {
+    "Accept": "auth",
+    "AuthScheme": "auth",
+    "Deny": "auth",
+    "LoginRequest": "auth",
+    "Broker": "broker",
+    "ProtocolSpec": "broker",
+    "BrokerConfig": "config",
+    "ConfigSection": "config",
+    "Listener": "config",
+    "Option": "config",
+    "ConfigError": "errors",
+    "MsgbrokerError": "errors",
+    "RemoteProtocolError": "errors",
+    "Plugins": "hooks",
+    "Kind": "message",
+    "Message": "message",
+    "RouteResult": "message",
+    "Session": "session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "Accept",

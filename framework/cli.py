@@ -95,26 +95,57 @@ def build_parser(plugins: Plugins | None = None) -> argparse.ArgumentParser:
         "`msgbroker ssmp pub news hello`.",
     )
     parser.add_argument("--version", action=_Version, help="print the version and exit")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_CommandParser
+    )
     registered = plugins.commands(on_error=_warn)
     for entry in registered:
         command = entry.command
         sub = subparsers.add_parser(command.NAME, help=command.HELP, description=command.HELP)
-        try:
-            command.add_arguments(sub)
-        except Exception as e:
-            _warn(
-                entry.plugin, f"plugin {entry.plugin!r}: the command {entry.name!r} failed: {e!r}"
-            )
-            sub.set_defaults(run=_broken(entry.name))
-            continue
         sub.set_defaults(run=command.run)
+        sub.entry = entry
     listing = subparsers.add_parser("plugins", help=_PLUGINS_HELP, description=_PLUGINS_HELP)
     listing.set_defaults(run=lambda args: _list_plugins(plugins, registered))
     return parser
 
 
 _PLUGINS_HELP = "list the installed plugins: name, distribution, hooks, commands, sections"
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's sub-parser. Its arguments are added (``add_arguments``, which imports a
+    :class:`~msgbroker.commands.LazyCommand`'s module) only when the command line names this
+    command, so a call pays for its own command's imports only."""
+
+    entry: RegisteredCommand | None = None
+
+    def complete(self) -> None:
+        """Add the command's arguments, once; one that fails costs a warning line, and
+        running it says it is broken."""
+        entry, self.entry = self.entry, None
+        if entry is None:
+            return
+        try:
+            entry.command.add_arguments(self)
+        except Exception as e:
+            _warn(
+                entry.plugin, f"plugin {entry.plugin!r}: the command {entry.name!r} failed: {e!r}"
+            )
+            self.set_defaults(run=_broken(entry.name))
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self.complete()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self.complete()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self.complete()
+        return super().format_usage()
 
 
 def _broken(name: str) -> object:

@@ -71,10 +71,12 @@ def msgbroker_register_commands(register: RegisterCommand) -> None:
 
     Call ``register(command, order=100)`` with a module (or object) that has ``NAME``,
     ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``
-    (:class:`msgbroker.commands.Command`). ``msgbroker --help`` lists commands by ``order``
-    (the built-ins use 10 to 90), then by name. Import the command's module inside the hook,
-    so a broker that loads the plugin does not. Two commands with one name are an error
-    (the later one is left out, with one line on stderr).
+    (:class:`msgbroker.commands.Command`); best, a
+    :class:`msgbroker.commands.LazyCommand` (``NAME``, ``HELP`` and the module's dotted
+    path), whose module is imported only when the command runs, so neither a broker nor
+    another command imports it. ``msgbroker --help`` lists commands by ``order`` (the
+    built-ins use 10 to 90), then by name. Two commands with one name are an error (the
+    later one is left out, with one line on stderr).
     """
 
 

@@ -47,7 +47,6 @@ from attrs import field, frozen
 from msgbroker.cli import CommandError
 
 from .session import ConnectionClosed
-from .tls import ssl_context as tls_context
 
 __all__ = [
     "CA",
@@ -282,7 +281,11 @@ def ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     if not (args.tls or args.ca or args.cert):
         return None
     try:
-        return tls_context(args.ca, args.cert, args.key)
+        # here, not at the top: .tls holds Twisted's TLS endpoint too, which a client
+        # command without TLS should not have to import
+        from .tls import ssl_context as make_context
+
+        return make_context(args.ca, args.cert, args.key)
     except (OSError, ssl.SSLError) as e:
         raise CommandError(f"cannot set up TLS: {e}") from None
 

@@ -39,10 +39,11 @@ from . import client_common as common
 from .blocking import BlockingMM2Client
 from .client_common import DEFAULT_OPTIONAL, DEFAULT_PORT, DEFAULT_REQUIRED, ExtensionSpec, Message
 from .codec import Filter, PropertyValue, encode_value, parse_filter, parse_value
+from .plugin import COMMAND as REGISTERED
 from .properties import FIELD_RE, is_valid_name
 
-NAME = "mm2"
-HELP = "Micromessage2 client: subscribe (filters, queue groups), publish with properties"
+NAME = REGISTERED.NAME
+HELP = REGISTERED.HELP
 
 
 def render_message(message: Message) -> str:

@@ -9,7 +9,8 @@
 
 The bus is ``-a/--address`` (a socket path, ``@name``, ``/dev/unix/abstract/HEX`` or
 ``/dev/fd/N``), else ``$SBUS_ADDRESS``, else where the broker's embedded default listens
-(``$XDG_RUNTIME_DIR/msgbroker/sbus.socket``).
+(``$XDG_RUNTIME_DIR/msgbroker/sbus.socket``, or ``msgbroker-UID/sbus.socket`` in the
+temporary directory without ``$XDG_RUNTIME_DIR``; ``--help`` shows which).
 
 Printed lines (``sub``): ``KEY PAYLOAD``. Both are shown as ``msgbroker ssmp`` shows
 payloads (UTF-8, backslash escapes for invalid bytes, unprintable characters and ``\\``),
@@ -30,11 +31,13 @@ from typing import Any
 
 from msgbroker.clientkit import cli as kit
 
+from .addresses import default_path
 from .blocking import ADDRESS_ENV, BlockingSbusClient, SbusConnectionClosed, default_address
 from .codec import DEFAULT_MAX_PACKET, Publish
+from .plugin import COMMAND as REGISTERED
 
-NAME = "sbus"
-HELP = "sbus client: subscribe to key patterns, publish, ask for credentials"
+NAME = REGISTERED.NAME
+HELP = REGISTERED.HELP
 
 
 def render_key(key: bytes) -> str:
@@ -53,7 +56,7 @@ class SbusCommand(kit.ClientCommand):
         kit.Option(("-a", "--address"), {
             "metavar": "ADDRESS",
             "help": "the bus: a socket path, @NAME, /dev/unix/abstract/HEX or /dev/fd/N "
-            f"[${ADDRESS_ENV}, else the broker's default: $XDG_RUNTIME_DIR/msgbroker/sbus.socket]",
+            f"[${ADDRESS_ENV}, else the broker's default, here {default_path()}]",
         }),
         kit.timeout("how long to wait to connect and for the broker [10]"),
     )  # fmt: skip

@@ -14,20 +14,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from msgbroker import hookimpl
-from msgbroker.broker import ProtocolSpec
+from msgbroker.commands import LazyCommand
 
 from .addresses import default_path
-from .protocol import SbusServerSession
-from .seqpacket import SeqpacketServerEndpoint, parse_endpoint
-from .server import SbusFactory
 
 if TYPE_CHECKING:
-    from msgbroker.broker import Broker
+    from msgbroker.broker import Broker, ProtocolSpec
     from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
 
+    from .seqpacket import SeqpacketServerEndpoint
+    from .server import SbusFactory
+
 
 def build_endpoint(reactor: Any, text: str) -> SeqpacketServerEndpoint:
+    from .seqpacket import parse_endpoint
+
     endpoint = parse_endpoint(reactor, text)
     if text == "unix:" + default_path():
         os.makedirs(os.path.dirname(default_path()), mode=0o700, exist_ok=True)
@@ -35,12 +37,28 @@ def build_endpoint(reactor: Any, text: str) -> SeqpacketServerEndpoint:
 
 
 def build_factory(broker: Broker, listener: Listener) -> SbusFactory:
+    from .seqpacket import parse_endpoint
+    from .server import SbusFactory
+
     # the same parse as the endpoint's: the session checks the size the port reads
     return SbusFactory(broker, parse_endpoint(None, listener.endpoint).max_packet)
 
 
+#: ``msgbroker sbus``: the client (:mod:`.cli`) is imported only when it runs
+COMMAND = LazyCommand(
+    "sbus",
+    "sbus client: subscribe to key patterns, publish, ask for credentials",
+    "msgbroker.plugins.sbus.cli",
+)
+
+
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
+    # the server side only here: the command line loads this module too, and needs none of it
+    from msgbroker.broker import ProtocolSpec
+
+    from .protocol import SbusServerSession
+
     register(
         ProtocolSpec(
             name="sbus",
@@ -55,6 +73,4 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
 
 @hookimpl
 def msgbroker_register_commands(register: RegisterCommand) -> None:
-    from . import cli
-
-    register(cli, order=40)
+    register(COMMAND, order=40)

@@ -3,8 +3,10 @@
 ::
 
     sbusd [-a address] [-f | -p pidfile] [-u user] ... [-cgor]
+    sbusd -h | --help
 
-The options are the reference's (combined flags like ``-cgor`` work, as with ``getopt``):
+The options are the reference's (combined flags like ``-cgor`` work, as with ``getopt``),
+plus ``-h``/``--help``, which prints them on stdout and exits (0):
 
 - ``-a address``: ``/run/sbus.socket`` by default; also ``/dev/fd/N`` (an inherited, bound
   socket), ``/dev/unix/abstract`` (a random abstract name, printed on stdout as
@@ -62,6 +64,24 @@ from .server import SbusFactory
 
 PROG = "sbusd"
 USAGE = "usage: sbusd [-a address] [-f | -p pidfile] [-u user] ... [-cgor]"
+HELP = f"""{USAGE}
+
+An sbus bus on a unix seqpacket socket (a drop-in for the reference sbusd).
+
+  -a address  where to listen [/run/sbus.socket]; also /dev/fd/N (an inherited socket),
+              /dev/unix/abstract (a random abstract name, printed on stdout) and
+              /dev/unix/abstract/HEX
+  -f          stay in the foreground (no pidfile unless -p); stdin and stdout are
+              closed once the socket listens
+  -p pidfile  the daemon's pidfile [/run/sbus.pid]; /dev/null: none
+  -u user     admit only these users (names or uids; repeatable) and sbusd's own
+  -c          exit when the last client leaves
+  -g, -o      give the group, others, access to the socket file (mode 0700 otherwise)
+  -r          replace whatever is at the socket path
+  -h, --help  print this and exit
+
+SIGINT and SIGTERM stop the bus (SIGHUP too with -f). Errors: one line on stderr, status 1.
+"""
 DEFAULT_ADDRESS = "/run/sbus.socket"
 DEFAULT_PIDFILE = "/run/sbus.pid"
 #: the protocol plugins sbusd does not load: it serves sbus only
@@ -79,6 +99,10 @@ class UsageError(SbusdError):
     pass
 
 
+class HelpAsked(Exception):
+    """``-h`` or ``--help``: print :data:`HELP`, do nothing else."""
+
+
 @frozen
 class Options:
     address: str = DEFAULT_ADDRESS
@@ -92,9 +116,11 @@ class Options:
 
 def parse_options(argv: Sequence[str]) -> Options:
     try:
-        pairs, rest = getopt.getopt(list(argv), "a:cfgop:ru:")
+        pairs, rest = getopt.getopt(list(argv), "a:cfgop:ru:h", ["help"])
     except getopt.GetoptError as e:
         raise UsageError(str(e)) from None
+    if any(flag in ("-h", "--help") for flag, _ in pairs):
+        raise HelpAsked
     if rest:
         raise UsageError(f"unexpected argument {rest[0]!r}")
     settings: dict[str, Any] = {}
@@ -186,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sbusd`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     try:
         options = parse_options(sys.argv[1:] if argv is None else argv)
+    except HelpAsked:
+        sys.stdout.write(HELP)
+        return 0
     except UsageError as e:
         sys.stderr.write(f"{PROG}: {e}\n{USAGE}\n")
         return 1

@@ -21,12 +21,13 @@ from typing import Any
 from msgbroker.cli import CommandError
 from msgbroker.clientkit import cli as kit
 
-from .client import BlockingSSMPClient, Delivery, Presence, SSMPError
-from .client_session import DEFAULT_PORT
-from .codec import MAX_PAYLOAD, is_valid_id
+from .blocking import BlockingSSMPClient
+from .client_session import DEFAULT_PORT, SSMPError
+from .codec import MAX_PAYLOAD, Delivery, Presence, is_valid_id
+from .plugin import COMMAND as REGISTERED
 
-NAME = "ssmp"
-HELP = "SSMP 1.1 client: subscribe, publish, unicast, broadcast"
+NAME = REGISTERED.NAME
+HELP = REGISTERED.HELP
 
 
 def render_event(event: Delivery | Presence) -> str:

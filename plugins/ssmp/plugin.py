@@ -6,20 +6,32 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from msgbroker import hookimpl
-from msgbroker.broker import ProtocolSpec
-
-from .protocol import SSMPServerSession
+from msgbroker.commands import LazyCommand
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from msgbroker.broker import ProtocolSpec
     from msgbroker.commands import RegisterCommand
 
 DEFAULT_ENDPOINT = "tcp:4444:interface=127.0.0.1"
 
 
+#: ``msgbroker ssmp``: the client (:mod:`.cli`) is imported only when it runs
+COMMAND = LazyCommand(
+    "ssmp",
+    "SSMP 1.1 client: subscribe, publish, unicast, broadcast",
+    "msgbroker.plugins.ssmp.cli",
+)
+
+
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
+    # the server side only here: the command line loads this module too, and needs none of it
+    from msgbroker.broker import ProtocolSpec
+
+    from .protocol import SSMPServerSession
+
     register(
         ProtocolSpec(
             name="ssmp",
@@ -32,6 +44,4 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
 
 @hookimpl
 def msgbroker_register_commands(register: RegisterCommand) -> None:
-    from . import cli
-
-    register(cli, order=10)
+    register(COMMAND, order=10)

@@ -34,12 +34,21 @@ from typing import Any
 from msgbroker.cli import CommandError
 from msgbroker.clientkit import cli as kit
 
-from .client import BlockingSTMPClient, Delivery, STMPError
-from .client_common import DEFAULT_PORT, DEFAULT_WS_PORT, HEARTBEAT, decoded, status_name
+from .blocking import BlockingSTMPClient
+from .client_common import (
+    DEFAULT_PORT,
+    DEFAULT_WS_PORT,
+    HEARTBEAT,
+    Delivery,
+    STMPError,
+    decoded,
+    status_name,
+)
 from .codec import Encoding, Status, parse_action
+from .plugin import COMMAND as REGISTERED
 
-NAME = "stmp"
-HELP = "STMP 0.1 client: subscribe, publish, call an action (TCP or WebSocket)"
+NAME = REGISTERED.NAME
+HELP = REGISTERED.HELP
 
 #: exit status of ``call`` when the reply is not Ok
 CALL_FAILED = 3

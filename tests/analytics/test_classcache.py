@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -206,6 +207,84 @@ def test_prepare_says_where_how_big_and_how_long(tmp_path, monkeypatch, capsys):
     assert main(["analytics", "prepare"]) == 1
     assert capsys.readouterr().err == (
         "msgbroker: error: java -Xshare:dump failed (exit status 1): no space\n"
+    )
+
+
+def _setup_archive(cache: Path, name: str, java: str, home: Path, created: float) -> Path:
+    """An archive (a few bytes) and its metadata as :func:`classcache.prepare` writes them."""
+    cache.mkdir(parents=True, exist_ok=True)
+    archive = cache / f"spark-{name}.jsa"
+    archive.write_bytes(b"archive " + name.encode())
+    jar = home / "jars" / "a.jar"
+    metadata = {
+        "key": name,
+        "java": java,
+        "spark_home": str(home),
+        "classpath_files": [classcache._stat(jar)],
+        "created": created,
+    }
+    archive.with_suffix(".json").write_text(json.dumps(metadata))
+    return archive
+
+
+def test_prune_keeps_the_current_and_the_newest_others_and_drops_the_dead(tmp_path):
+    """A cache shared by five virtualenvs and two Java versions over time: what can never be
+    used again goes, and of the usable, the current one and the two newest others stay."""
+    java, _ = _fake_setup(tmp_path / "a")
+    cache = tmp_path / "cache"
+    homes = {}
+    for name in ("current", "old-1", "old-2", "old-3", "gone", "changed", "replaced"):
+        _, homes[name] = _fake_setup(tmp_path / name)
+    homes["replaced"] = homes["current"]  # same Java and Spark home: an earlier build
+    current = _setup_archive(cache, "current", java, homes["current"], created=100)
+    archives = {
+        name: _setup_archive(cache, name, java, homes[name], created=created)
+        for name, created in [
+            ("old-1", 90), ("old-2", 80), ("old-3", 70), ("gone", 95), ("changed", 99),
+            ("replaced", 50),
+        ]
+    }  # fmt: skip
+    shutil.rmtree(homes["gone"])  # a deleted virtualenv
+    (homes["changed"] / "jars" / "a.jar").write_bytes(b"PK-upgraded")  # its jar changed
+    orphan = cache / "spark-orphan.jsa"  # no metadata: never used
+    orphan.write_bytes(b"x")
+    crashed = cache / ".spark-x.jsa.tmp-1-abcd"
+    crashed.write_bytes(b"x")
+    os.utime(crashed, (0, 0))
+    running = cache / ".spark-y.jsa.tmp-2-abcd"  # a prepare running now
+    running.write_bytes(b"x")
+    foreign = cache / "notes.txt"
+    foreign.write_text("mine\n")
+
+    removed = classcache.prune(cache, current)
+    assert sorted(p.name for p in removed) == sorted(
+        f"spark-{name}.jsa" for name in ("old-3", "gone", "changed", "replaced", "orphan")
+    )
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [
+            *(f"spark-{n}.{ext}" for n in ("current", "old-1", "old-2") for ext in ("jsa", "json")),
+            running.name,
+            foreign.name,
+        ]
+    )
+    assert classcache.prune(cache, current) == []  # nothing more to do
+    assert [p.name for p in classcache.prune(cache, current, keep_others=0)] == [
+        "spark-old-1.jsa",
+        "spark-old-2.jsa",
+    ]
+    assert not archives["old-1"].exists()
+
+
+def test_prepare_prunes_and_says_what_it_freed(tmp_path, monkeypatch, capsys):
+    done = classcache.Prepared(
+        tmp_path / "a.jsa", 170 * 2**20, 0.0, built=False,
+        removed=(tmp_path / "b.jsa", tmp_path / "c.jsa"), removed_bytes=400 * 2**20,
+    )  # fmt: skip
+    monkeypatch.setattr(classcache, "prepare", lambda force: done)
+    assert main(["analytics", "prepare"]) == 0
+    assert capsys.readouterr().out == (
+        f"already prepared: {tmp_path / 'a.jsa'} (170 MB)\n"
+        "removed 2 old class-data archives (400 MB)\n"
     )
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from msgbroker import Broker, BrokerConfig, ConfigError, Plugins, hookimpl, hookspec
-from msgbroker.cli import build_parser
+from msgbroker.cli import CommandError, build_parser
+from msgbroker.commands import LazyCommand
 from msgbroker.pluginmanager import PluginManager, build_plugin_manager
 from msgbroker.plugins.mm2.plugin import registry_for
 from msgbroker.plugins.stmp.codec import parse_prefix
@@ -251,7 +252,10 @@ def test_the_command_line_imports_no_spark_and_the_broker_no_command(tmp_path):
         "from msgbroker.cli import build_parser\n"
         "build_parser()\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('pyspark', 'pandas', 'matplotlib', 'py4j'))\n"
+        "('pyspark', 'pandas', 'matplotlib', 'py4j', 'pyarrow', 'numpy'))\n"
+        "commands = sorted(m for m in sys.modules if m.endswith('.cli') and "
+        "m.startswith(('msgbroker.plugins.', 'msgbroker.analytics.')))\n"
+        "assert not commands, commands\n"
         "assert not heavy, heavy\n"
         "for name in list(sys.modules):\n"
         "    if name.startswith('msgbroker'):\n"
@@ -265,6 +269,76 @@ def test_the_command_line_imports_no_spark_and_the_broker_no_command(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+LAZY_TARGET = """
+import sys
+
+NAME = "lazy"
+HELP = "a command imported when it runs"
+IMPORTS = sys.modules.get(__name__)
+
+
+def add_arguments(parser):
+    parser.add_argument("word")
+
+
+def run(args):
+    print(f"lazy {args.word}")
+    return 7
+"""
+
+
+def _lazy_plugins(*commands: LazyCommand) -> Plugins:
+    class Commands:
+        @hookimpl
+        def msgbroker_register_commands(self, register):
+            for command in commands:
+                register(command)
+
+    return Plugins.load(extra=(Commands(),))
+
+
+def test_a_lazy_command_is_listed_without_its_module_and_imports_it_to_run(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "lazy_target.py").write_text(LAZY_TARGET)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_target", raising=False)
+    parser = build_parser(_lazy_plugins(LazyCommand("lazy", "run me later", "lazy_target")))
+    assert "lazy_target" not in sys.modules
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    assert re.search(r"^ {4}lazy +run me later$", capsys.readouterr().out, re.MULTILINE)
+    assert "lazy_target" not in sys.modules  # the list needs the name and help line only
+    args = parser.parse_args(["lazy", "now"])
+    assert "lazy_target" in sys.modules
+    assert args.run(args) == 7
+    assert capsys.readouterr().out == "lazy now\n"
+
+
+def test_a_lazy_command_whose_module_is_broken_costs_a_line_when_it_is_run(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "broken_target.py").write_text("raise ImportError('half installed')\n")
+    (tmp_path / "other_target.py").write_text(LAZY_TARGET)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins = _lazy_plugins(
+        LazyCommand("broken", "does not import", "broken_target"),
+        LazyCommand("renamed", "is another command", "other_target"),
+    )
+    parser = build_parser(plugins)
+    assert capsys.readouterr().err == ""  # nothing is imported to build the parser
+    for name, problem in [
+        ("broken", "ImportError('half installed')"),
+        ("renamed", "TypeError(\"other_target is the command 'lazy', not 'renamed'\")"),
+    ]:
+        args = parser.parse_args([name])
+        warning = rf"msgbroker: warning: plugin '\w+': the command {name!r} failed: "
+        err = capsys.readouterr().err
+        assert re.fullmatch(warning + re.escape(problem) + r" \(left out\)\n", err), err
+        with pytest.raises(CommandError, match="is broken"):
+            args.run(args)
 
 
 def test_a_plugin_command_runs_end_to_end(tmp_path):

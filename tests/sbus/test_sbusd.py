@@ -480,3 +480,23 @@ def test_usage_errors(sbusd, args):
     assert status == 1
     assert err.startswith("sbusd: ")
     assert err.endswith("usage: sbusd [-a address] [-f | -p pidfile] [-u user] ... [-cgor]\n")
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_prints_the_options_on_stdout_and_starts_nothing(flag, tmp_path):
+    """What a new user types first; combined with other flags, help wins and nothing is
+    bound or written."""
+    done = subprocess.run(
+        [str(SBUSD), flag, "-a", str(tmp_path / "bus"), "-p", str(tmp_path / "pid")],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith(
+        "usage: sbusd [-a address] [-f | -p pidfile] [-u user] ... [-cgor]\n"
+    )
+    for option in ("-a address", "-f", "-p pidfile", "-u user", "-c", "-g, -o", "-r", "-h, --help"):
+        assert f"\n  {option} " in done.stdout, option
+    assert list(tmp_path.iterdir()) == []

@@ -14,9 +14,10 @@ from msgbroker.clientkit import cli as kit
 
 from .blocking import BlockingLinepubClient
 from .client_session import DEFAULT_PORT, LinepubError
+from .plugin import COMMAND as REGISTERED
 
-NAME = "linepub"
-HELP = "linepub client (the example plugin): subscribe, publish"
+NAME = REGISTERED.NAME
+HELP = REGISTERED.HELP
 
 
 class LinepubCommand(kit.ClientCommand):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgbroker import BrokerConfig, ConfigSection, ProtocolSpec, hookimpl
 from msgbroker.auth import AuthScheme
+from msgbroker.commands import LazyCommand
 
 from . import hookspecs
 from .auth import TokenScheme
@@ -71,8 +72,15 @@ def msgbroker_register_stmp_routes(router: Any) -> None:
     router.add(STATUS_ACTION, linepub_status)
 
 
+#: ``msgbroker linepub``: named here, its module imported only when the command runs (so
+#: neither a broker nor another command imports the client)
+COMMAND = LazyCommand(
+    "linepub",
+    "linepub client (the example plugin): subscribe, publish",
+    "msgbroker_linepub.cli",
+)
+
+
 @hookimpl
 def msgbroker_register_commands(register: RegisterCommand) -> None:
-    from . import cli  # imported only when the command line is built
-
-    register(cli, order=50)
+    register(COMMAND, order=50)

@@ -1,0 +1,43 @@
+"""THE SCREENSHOT TEST of the analytics report: index.html of a report over a journal that
+looks like a real broker's, opened in headless Chromium (the ``browser`` fixture of
+tests/browser.py: ``browser(url) -> playwright.sync_api.Page``), checked as a person sees it,
+and saved as docs/images/report.png, the picture docs/analytics.md shows.
+
+The report runs its tasks in this process (tests/analytics/report_page.py): no JVM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.analytics.report_page import FIRST_SESSION_ID, local_report, write_demo_journal
+from tests.browser import browser  # noqa: F401
+
+pytestmark = pytest.mark.screenshot
+
+SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "report.png"
+
+
+def test_the_report_page_in_chromium(browser, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.chdir(tmp_path)  # the page names the journal as given: "journal", not /tmp/...
+    report = local_report(write_demo_journal(Path("journal")), tmp_path / "report")
+    page = browser(report.index.as_uri())
+    page.set_viewport_size({"width": 1200, "height": 900})
+    assert page.locator("h1").inner_text() == "msgbroker journal report"
+    # every chart is loaded and drawn at its size, none wider than the page's column
+    images = page.locator("img")
+    assert images.count() == len(report.charts)
+    for index in range(images.count()):
+        width = images.nth(index).evaluate("img => img.complete ? img.naturalWidth : 0")
+        assert width > 500, images.nth(index).get_attribute("src")
+        assert images.nth(index).bounding_box()["width"] <= 1100
+    # identifiers whole, tables titled in words, and the one empty table a line
+    text = page.locator("body").inner_text()
+    assert str(FIRST_SESSION_ID) in text
+    assert f"{FIRST_SESSION_ID:,}" not in text
+    assert "Busiest topics" in text
+    assert "Nothing was dropped or skipped." not in text
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert SCREENSHOT.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
