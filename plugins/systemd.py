@@ -19,14 +19,20 @@ import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from twisted.logger import Logger
-
 from msgbroker import hookimpl
 
 if TYPE_CHECKING:
+    from twisted.logger import Logger
+
     from msgbroker import Broker
 
-log = Logger(namespace="msgbroker.systemd")
+
+def _log() -> Logger:
+    """The plugin's logger, made on first use: the ``msgbroker`` command line imports this
+    module (for its commands) and must not import Twisted."""
+    from twisted.logger import Logger
+
+    return Logger(namespace="msgbroker.systemd")
 
 
 def notify(state: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -42,7 +48,7 @@ def notify(state: str, environ: Mapping[str, str] = os.environ) -> bool:
             sock.connect(address)
             sock.sendall(state.encode())
         except OSError as e:
-            log.warn(
+            _log().warn(
                 "cannot tell systemd {state!r}: {error}",
                 state=state.split("\n", 1)[0],
                 error=e.strerror or str(e),

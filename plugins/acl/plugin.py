@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from twisted.logger import Logger
-
 from msgbroker import hookimpl, per_topic
 from msgbroker.errors import NotAllowed, NotSubscribed
 
@@ -26,11 +24,20 @@ from .rules import load_acl
 from .settings import SECTION, acl_settings
 
 if TYPE_CHECKING:
+    from twisted.logger import Logger
+
     from msgbroker import BrokerConfig, ConfigSection
     from msgbroker.broker import Broker
     from msgbroker.session import Session
 
-log = Logger(namespace="msgbroker.acl")
+
+def _log() -> Logger:
+    """The plugin's logger, made on first use: the ``msgbroker`` command line imports this
+    module (for its commands) and must not import Twisted."""
+    from twisted.logger import Logger
+
+    return Logger(namespace="msgbroker.acl")
+
 
 #: the name the access control is registered under among the broker's plugins
 ACTIVE = "acl.active"
@@ -137,7 +144,7 @@ def msgbroker_broker_started(broker: Broker) -> None:
         return
     policy = load_policy(path)  # a bad file stops the broker (ConfigError)
     broker.add_plugin(AccessControl(broker, policy), name=ACTIVE)  # authorize is bound now
-    log.info("ACL: {what}", what=_describe(policy))
+    _log().info("ACL: {what}", what=_describe(policy))
 
 
 @hookimpl
@@ -150,7 +157,7 @@ def msgbroker_reload(broker: Broker, config: BrokerConfig) -> Callable[[], None]
 
         def remove() -> None:
             broker.remove_plugin(name=ACTIVE)
-            log.info("ACL removed: everything is allowed")
+            _log().info("ACL removed: everything is allowed")
 
         return remove
     policy = load_policy(path)  # a bad file refuses the reload; the old rules stay
@@ -160,7 +167,7 @@ def msgbroker_reload(broker: Broker, config: BrokerConfig) -> Callable[[], None]
             broker.remove_plugin(name=ACTIVE)
         broker.add_plugin(AccessControl(broker, policy), name=ACTIVE)
         dropped = revoke(broker, policy)
-        log.info(
+        _log().info(
             "ACL reloaded: {what}{dropped}",
             what=_describe(policy),
             dropped=f"; {dropped} subscriptions it refuses were dropped" if dropped else "",

@@ -10,11 +10,15 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from msgbroker import Broker, hookimpl
+from msgbroker import hookimpl
 from msgbroker.auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
 from msgbroker.config import BrokerConfig
 from msgbroker.errors import ConfigError
+
+if TYPE_CHECKING:
+    from msgbroker import Broker
 
 
 def read_secret(path: str) -> bytes:

@@ -5,13 +5,24 @@ are imported when a broker is built, so that ``msgbroker`` commands do not load 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from msgbroker import Broker, BrokerConfig, ConfigSection, hookimpl
-from msgbroker.auth import AuthScheme
-from msgbroker.commands import RegisterCommand
+from msgbroker import hookimpl
+from msgbroker.commands import LazyCommand
+
+if TYPE_CHECKING:
+    from msgbroker import Broker, BrokerConfig, ConfigSection
+    from msgbroker.auth import AuthScheme
+    from msgbroker.commands import RegisterCommand
 
 from .settings import SECTION, users_settings
+
+#: ``msgbroker users``: its module (:mod:`.cli`) is imported only when it runs
+COMMAND = LazyCommand(
+    "users",
+    "add, remove and list the users of a password file (--users)",
+    "msgbroker.plugins.users.cli",
+)
 
 #: where a broker keeps its password scheme (``broker.plugins.state``)
 STATE = "users.scheme"
@@ -73,6 +84,4 @@ def msgbroker_broker_stopped(broker: Broker) -> None:
 
 @hookimpl
 def msgbroker_register_commands(register: RegisterCommand) -> None:
-    from . import cli
-
-    register(cli, order=80)
+    register(COMMAND, order=80)
