@@ -120,6 +120,7 @@ class MM2ClientProtocol(MM2Commands, StreamClientProtocol):
 
     log = Logger(namespace="msgbroker.mm2.client")
     client_name = "MM2 client"
+    opening_exchange = True
     session: ClientSession
 
     def __init__(

@@ -114,6 +114,7 @@ class STMPClientBase(STMPRequests, SessionDriver):
 
     log = Logger(namespace="msgbroker.stmp.client")
     client_name = "STMP client"
+    opening_exchange = True
     session: STMPClientSession
 
     def __init__(
