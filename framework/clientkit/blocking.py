@@ -229,9 +229,14 @@ class BlockingClient:
         """Handle whatever already arrived and run the timers that are due, without
         waiting. Raises the protocol's ``ConnectionClosed`` if the connection ended (with
         ``reconnect=``: reconnects when an attempt is due, else returns)."""
+        if self._lost_live and not self._restore(self._now()):
+            return
+        self._take_arrived()
+
+    def _take_arrived(self) -> None:
+        """Handle what already arrived; a loss it shows (with ``reconnect=``) is left for
+        the next call to restore."""
         try:
-            if self._lost_live and not self._restore(self._now()):
-                return
             while self._receive(self._now(), poll=True):
                 pass
         except Exception:
@@ -263,6 +268,8 @@ class BlockingClient:
         """Before a request or a send: the connection, reconnected first when it is lost
         (waiting up to ``timeout``, default the client's); else the protocol's
         ``ConnectionClosed``."""
+        if not self.closed and self._backoff is not None:
+            self._take_arrived()  # a connection already closed by the peer: not for this
         if not self.closed:
             return
         if not self._lost_live:

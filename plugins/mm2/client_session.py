@@ -33,6 +33,7 @@ from typing import Any
 
 from attrs import frozen
 
+from msgbroker.clientkit.reconnect import Replay
 from msgbroker.clientkit.session import ClientSession as KitSession
 from msgbroker.clientkit.session import Ended
 from msgbroker.errors import RemoteProtocolError
@@ -191,6 +192,9 @@ class ClientSession(KitSession):
         self._type_received: str | None = None
         # received messages not yet acknowledged, in order: [seq, handled]
         self._owed: deque[list[Any]] = deque()
+        # destination: (queue, filters), as written (no reply comes), in the order made
+        self._subscriptions: dict[str, tuple[str | None, tuple[Filter | str, ...]]] = {}
+        self._syncs: deque[tuple[int, bytes]] = deque()  # (token, payload) of sync()s
 
     # -- state -----------------------------------------------------------------------------
 
@@ -306,7 +310,7 @@ class ClientSession(KitSession):
     def _frame(self, frame: Any) -> None:
         if isinstance(frame, MessageFrame):
             whole = self._reassembler.feed(frame)
-            if whole is not None:
+            if whole is not None and not self._synced(whole):
                 self._emit(self._message(whole))
         elif isinstance(frame, ExtensionFrame):
             self._extension(frame)
@@ -314,6 +318,20 @@ class ClientSession(KitSession):
             self._end(common.MM2ServerError(frame.text), abort=False)
         # a COMMAND from the server means nothing to a client (no extension defines one
         # that way) and gets no reply (DECISIONS.md): ignored
+
+    def _synced(self, frame: MessageFrame) -> bool:
+        """Whether ``frame`` is the oldest :meth:`sync`'s message back (then answered, and
+        acknowledged with the next ack)."""
+        if not self._syncs or frame.properties:
+            return False
+        token, payload = self._syncs[0]
+        if frame.destination != f"@{self.hello.identity}" or frame.payload != payload:
+            return False
+        self._syncs.popleft()
+        if self._ack_out is not None:
+            self._owed.append([frame.seq, True])
+        self._answer(token)
+        return True
 
     def _message(self, frame: MessageFrame) -> Message:
         value = decode_json(frame.payload) if self._json else None
@@ -386,11 +404,43 @@ class ClientSession(KitSession):
     def subscribe(
         self, destination: str, queue: str | None = None, filters: Iterable[Filter | str] = ()
     ) -> None:
-        """Write a ``subscribe`` command (no reply comes: DECISIONS.md)."""
+        """Write a ``subscribe`` command (no reply comes: DECISIONS.md); it replaces one
+        to the same destination."""
+        filters = tuple(filters)
         self._pubsub(encode_pubsub(subscription(destination, queue, filters)))
+        self._subscriptions.pop(destination, None)
+        self._subscriptions[destination] = queue, filters
 
     def unsubscribe(self, destination: str) -> None:
         self._pubsub(encode_pubsub(Unsubscribe(destination)))
+        self._subscriptions.pop(destination, None)
+
+    def sync(self) -> int:
+        """A barrier: an empty message (``null`` with ``json``) to this client's own
+        identity; its token is answered when it comes back — the broker has then handled
+        everything written before it — and it is never emitted as a :class:`Message`.
+        :class:`~.client_common.MM2Error` without an identity; RuntimeError when the ack
+        window is full."""
+        self._check_ready()
+        identity = self.hello.identity
+        if not identity:
+            raise common.MM2Error("sync needs an identity to send itself a message")
+        payload = b"null" if self._json else b""
+        self.send(self.prepare(f"@{identity}", payload))
+        token = self._token()
+        self._syncs.append((token, payload))
+        return token
+
+    def replay(self) -> list[Replay]:
+        """The subscriptions written, then a :meth:`sync` (so that they are in force when
+        the replay is answered). The login is the handshake, which a new session makes."""
+        items = [
+            Replay(f"subscribe {destination}", _subscribe(destination, queue, filters))
+            for destination, (queue, filters) in self._subscriptions.items()
+        ]
+        if items and self.hello.identity:
+            items.append(Replay("sync", lambda session, now: session.sync()))
+        return items
 
     def _pubsub(self, command: Command) -> None:
         self._check_ready()
@@ -456,3 +506,9 @@ class ClientSession(KitSession):
         self.check_open()
         if self.state == "handshake":
             raise common.MM2Error("the handshake is not complete")
+
+
+def _subscribe(
+    destination: str, queue: str | None, filters: tuple[Filter | str, ...]
+) -> Any:
+    return lambda session, now: session.subscribe(destination, queue, filters)

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from msgbroker.clientkit.reconnect import Replay
 from msgbroker.clientkit.session import ClientSession, ConnectionClosed, SessionAttribute
 from msgbroker.errors import RemoteProtocolError
 
@@ -69,12 +70,37 @@ class SbusClientSession(ClientSession):
         super().__init__()
         self.max_packet = max_packet
         self._whoami: deque[int] = deque()  # tokens of the whoami requests not answered yet
+        self._patterns: list[bytes] = []  # subscribed, in order (the broker counts copies)
+        self._controls: dict[bytes, bytes] = {}  # the echo and flood choices, by group
 
     def send(self, packet: codec.Packet) -> None:
         """Write ``packet``; ValueError (before anything is sent) for a NUL in a key."""
         data = codec.encode_packet(packet)
         self.check_open()
         self._send(data)
+        if isinstance(packet, codec.Subscribe):
+            self._patterns.append(packet.pattern)
+        elif isinstance(packet, codec.Unsubscribe):
+            if packet.pattern in self._patterns:
+                self._patterns.remove(packet.pattern)
+        elif isinstance(packet, ControlMessage) and _choice(packet.key):
+            self._controls[packet.key.rpartition(b"/")[0]] = packet.key
+
+    def replay(self) -> list[Replay]:
+        """The echo and flood-control choices, the patterns subscribed to, then a
+        :meth:`whoami` (answered once the broker has them all). sbus has no login."""
+        items = [
+            Replay(f"control {key.decode('ascii')}", _sending(ControlMessage(key)))
+            for key in self._controls.values()
+        ]
+        items += [
+            Replay(f"subscribe {pattern.decode('utf-8', 'backslashreplace')}",
+                   _sending(codec.Subscribe(pattern)))
+            for pattern in self._patterns
+        ]  # fmt: skip
+        if items:
+            items.append(Replay("whoami", lambda session, now: session.whoami()))
+        return items
 
     def whoami(self) -> int:
         """``CMSG !/cred/whoami``, answered with this client's credentials as the broker
@@ -96,6 +122,15 @@ class SbusClientSession(ClientSession):
         self._end(SbusConnectionClosed(f"protocol error from the broker: {error}"))
 
 
+def _choice(key: bytes) -> bool:
+    """Whether ``key`` is a control message that sets something for the connection."""
+    return key in (codec.ECHO_ON, codec.ECHO_OFF) or key in codec.FLOOD_CONTROL
+
+
+def _sending(packet: codec.Packet) -> Callable[[SbusClientSession, float], None]:
+    return lambda session, now: session.send(packet)
+
+
 class SbusVerbs:
     r"""What both clients send, the same way: each verb is one packet through ``_send``;
     :meth:`whoami` is :meth:`_perform`\ ed — a Deferred in the Twisted client, the answer
@@ -115,7 +150,8 @@ class SbusVerbs:
         """This client's credentials as the broker sees them, ``b"!/cred/GID/UID/PID"``
         (longer through a relay); :class:`SbusConnectionClosed` if the connection ends
         first."""
-        return self._perform(self.session.whoami)
+        # the session asked at the time: after a reconnection it is another one
+        return self._perform(lambda: self.session.whoami())  # noqa: PLW0108
 
     def subscribe(self, pattern: bytes) -> None:
         self._send(codec.Subscribe(pattern))
