@@ -167,6 +167,7 @@ class MM2Command(kit.ClientCommand):
         return BlockingMM2Client(
             args.host, args.port, args.login, required, optional,
             ssl_context=kit.ssl_context(args), timeout=args.timeout,
+            reconnect=self.reconnect(args),
         )  # fmt: skip
 
     def refused(self, error: Exception, args: argparse.Namespace) -> str | None:

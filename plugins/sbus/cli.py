@@ -30,7 +30,13 @@ from typing import Any
 
 from msgbroker.clientkit import cli as kit
 
-from .blocking import ADDRESS_ENV, BlockingSbusClient, SbusConnectionClosed, default_address
+from .blocking import (
+    ADDRESS_ENV,
+    BlockingSbusClient,
+    SbusConnectionClosed,
+    as_address,
+    default_address,
+)
 from .codec import DEFAULT_MAX_PACKET, Publish
 
 NAME = "sbus"
@@ -75,7 +81,10 @@ class SbusCommand(kit.ClientCommand):
         return str(args.address or default_address())
 
     def open(self, args: argparse.Namespace) -> BlockingSbusClient:
-        return BlockingSbusClient(self.where(args), timeout=args.timeout)
+        address = as_address(self.where(args))
+        # an inherited socket (/dev/fd/N) cannot be opened again: its loss is the end
+        reconnect = self.reconnect(args) if address.fd is None else None
+        return BlockingSbusClient(address, timeout=args.timeout, reconnect=reconnect)
 
     def refused(self, error: Exception, args: argparse.Namespace) -> str | None:
         if isinstance(error, TimeoutError):
