@@ -12,14 +12,10 @@ the ``next_...`` methods (:meth:`BlockingClient._next`). Timers (keepalives, req
 timeouts) run only while the client reads; :meth:`BlockingClient.poll` reads without
 waiting, for a program that is busy elsewhere.
 
-With ``reconnect=`` (a :class:`~msgbroker.clientkit.reconnect.Reconnect`, or True), a lost
-connection is opened again (:meth:`BlockingClient._reopen`), its opening exchange run
-(:meth:`BlockingClient._opening`) and the lost session's login and subscriptions replayed,
-with backoff — inside the call that finds it lost, as there is no thread: a call waiting
-for deliveries reconnects and goes on waiting, up to its timeout; a request (or a send)
-made while the connection is lost reconnects first, up to its timeout, then is sent; a
-request in flight when the connection drops raises the protocol's ``ConnectionClosed`` and
-is never sent again (at most once).
+With ``reconnect=``, a lost connection is restored (:meth:`BlockingClient._reopen`, the
+session's replay) inside the call that finds it lost — there is no thread: a wait for
+deliveries goes on, a request waits for it up to its timeout; a request in flight when the
+connection drops raises ``ConnectionClosed`` and is never sent again (docs/clientkit.md).
 """
 
 from __future__ import annotations
@@ -148,10 +144,9 @@ class BlockingClient:
     the protocol's :class:`~msgbroker.clientkit.session.ConnectionClosed`; later calls
     raise :meth:`ClientSession.closed`.
 
-    ``reconnect`` (see the module docstring) needs a subclass that implements
-    :meth:`_reopen` and calls :meth:`_opened` once its first connection is ready;
-    ``sleep`` waits between attempts (``time.sleep``; tests pass a fake that moves their
-    clock).
+    ``reconnect`` (True or a :class:`~msgbroker.clientkit.reconnect.Reconnect`) needs a
+    subclass with :meth:`_reopen` that calls :meth:`_opened` once its first connection is
+    ready; ``sleep`` waits between attempts (tests pass one that moves their clock).
     """
 
     #: how errors name the other side

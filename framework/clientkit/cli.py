@@ -437,9 +437,8 @@ class ClientCommand:
         return f"{args.host}:{args.port}"
 
     def reconnect(self, args: argparse.Namespace) -> Reconnect | None:
-        """The ``reconnect=`` of :meth:`open`'s client: for ``sub``, always (the default
-        waits), each loss and each reconnection told on stderr; None for the others,
-        which end on the first error."""
+        """The ``reconnect=`` of :meth:`open`'s client: for ``sub`` the default waits, each
+        loss and reconnection told on stderr; None for the others (the first error ends)."""
         if args.action != "sub":
             return None
         where = self.where(args)

@@ -192,7 +192,7 @@ class ClientSession(KitSession):
         self._type_received: str | None = None
         # received messages not yet acknowledged, in order: [seq, handled]
         self._owed: deque[list[Any]] = deque()
-        # destination: (queue, filters), as written (no reply comes), in the order made
+        # destination: (queue, filters), as written, in the order made
         self._subscriptions: dict[str, tuple[str | None, tuple[Filter | str, ...]]] = {}
         self._syncs: deque[tuple[int, bytes]] = deque()  # (token, payload) of sync()s
 
@@ -320,8 +320,7 @@ class ClientSession(KitSession):
         # that way) and gets no reply (DECISIONS.md): ignored
 
     def _synced(self, frame: MessageFrame) -> bool:
-        """Whether ``frame`` is the oldest :meth:`sync`'s message back (then answered, and
-        acknowledged with the next ack)."""
+        """Whether ``frame`` is the oldest :meth:`sync`'s message back (answered, acked)."""
         if not self._syncs or frame.properties:
             return False
         token, payload = self._syncs[0]
@@ -417,10 +416,8 @@ class ClientSession(KitSession):
 
     def sync(self) -> int:
         """A barrier: an empty message (``null`` with ``json``) to this client's own
-        identity; its token is answered when it comes back — the broker has then handled
-        everything written before it — and it is never emitted as a :class:`Message`.
-        :class:`~.client_common.MM2Error` without an identity; RuntimeError when the ack
-        window is full."""
+        identity, answered (never emitted) when it is back: the broker has handled what was
+        written before. MM2Error without an identity; RuntimeError with the window full."""
         self._check_ready()
         identity = self.hello.identity
         if not identity:
@@ -432,8 +429,8 @@ class ClientSession(KitSession):
         return token
 
     def replay(self) -> list[Replay]:
-        """The subscriptions written, then a :meth:`sync` (so that they are in force when
-        the replay is answered). The login is the handshake, which a new session makes."""
+        """The subscriptions written, then a :meth:`sync` (in force once it is answered);
+        the login is the handshake, which a new session makes."""
         items = [
             Replay(f"subscribe {destination}", _subscribe(destination, queue, filters))
             for destination, (queue, filters) in self._subscriptions.items()
@@ -508,7 +505,5 @@ class ClientSession(KitSession):
             raise common.MM2Error("the handshake is not complete")
 
 
-def _subscribe(
-    destination: str, queue: str | None, filters: tuple[Filter | str, ...]
-) -> Any:
+def _subscribe(destination: str, queue: str | None, filters: tuple[Filter | str, ...]) -> Any:
     return lambda session, now: session.subscribe(destination, queue, filters)
