@@ -367,11 +367,15 @@ def connect(
     :func:`client_tls_options`. ``options`` go to :class:`MM2ClientProtocol` (``required``,
     ``optional``, ``supported``, ``on_message``, ``timeout``, ...); its clock is
     ``reactor``. A refused handshake fails with :class:`MM2HandshakeRefused` or
-    :class:`MM2ServerError`, and the connection is closed.
+    :class:`MM2ServerError`, and the connection is closed. With ``reconnect``,
+    ``auto_ack=False`` is a ValueError.
     """
     where = DEFAULT_PORT if port is None else port
     endpoint = client_endpoint(reactor, endpoint_or_host, where, tls=tls, timeout=connect_timeout)
     options.setdefault("clock", reactor)
+    if reconnect and not options.get("auto_ack", True):
+        # which connection delivered a message, and so which one owes its ack, is gone
+        raise ValueError("a reconnecting MM2 client acknowledges messages itself (auto_ack)")
     factory = MM2ClientFactory(protocol_class, identity=identity, **options)
     if reconnect:
         return connect_reconnecting(

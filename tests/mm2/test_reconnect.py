@@ -126,3 +126,9 @@ def test_twisted_client_subscribes_again_after_a_restart():
         broker.call(alice.when_acked)
         broker.call(alice.close)
         assert alice.closed
+
+
+def test_a_reconnecting_twisted_client_acknowledges_by_itself():
+    with restartable_broker(LISTENERS) as broker, pytest.raises(ValueError, match="auto_ack"):
+        connect(broker.reactor, "127.0.0.1", broker.port("mm2"), identity="x",
+                reconnect=True, auto_ack=False)  # fmt: skip
