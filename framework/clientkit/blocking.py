@@ -169,12 +169,10 @@ class BlockingClient:
         self._now = clock
         self._sleep = sleep
         self._answers: dict[int, Answered | Failed] = {}
-        policy = reconnect_policy(reconnect)
-        if policy is not None and type(self)._reopen is BlockingClient._reopen:
-            raise TypeError(f"{type(self).__name__} cannot reconnect: it has no _reopen()")
-        self._backoff = Backoff(policy) if policy is not None else None
+        self._backoff: Backoff | None = None
         self._live = False  # up and ready (after _opened): its loss starts reconnecting
         self._lost_live = False  # a live connection was lost and is not restored yet
+        self.set_reconnect(reconnect)
         self._closing = False  # close() was called: never reconnect
         self._due = 0.0  # when the next attempt to reconnect may start
         try:
@@ -205,6 +203,18 @@ class BlockingClient:
     def reconnecting(self) -> bool:
         """Whether the connection is lost and the next call reconnects (``reconnect=``)."""
         return self._lost_live
+
+    def set_reconnect(self, reconnect: Reconnect | bool | None) -> None:
+        """Reconnect from now on as ``reconnect=`` says (None: no more): for a program whose
+        first steps (a subscription the broker may refuse by closing) should end it."""
+        policy = reconnect_policy(reconnect)
+        if policy is not None and type(self)._reopen is BlockingClient._reopen:
+            raise TypeError(f"{type(self).__name__} cannot reconnect: it has no _reopen()")
+        self._backoff = Backoff(policy) if policy is not None else None
+        if self._backoff is None:
+            self._lost_live = False
+        elif self._live:
+            self._backoff.up(self._now())
 
     def close(self) -> None:
         """Say goodbye as the protocol does (:meth:`_goodbye`), close the socket (and stop

@@ -436,16 +436,13 @@ class ClientCommand:
         """The broker, as the error lines name it."""
         return f"{args.host}:{args.port}"
 
-    def reconnect(self, args: argparse.Namespace) -> Reconnect | None:
-        """The ``reconnect=`` of :meth:`open`'s client: for ``sub`` the default waits, each
-        loss and reconnection told on stderr; None for the others (the first error ends)."""
-        if args.action != "sub":
-            return None
+    def reconnect(self, args: argparse.Namespace) -> Reconnect:
+        """How ``sub``'s client reconnects once subscribed (:meth:`follow`): the default
+        waits, each loss and reconnection told on stderr."""
         where = self.where(args)
 
         def lost(error: BaseException) -> None:
-            if getattr(args, "following", None):  # else subscribing failed: sub ends
-                _say(f"lost the connection to {where} ({reason(error)}); reconnecting")
+            _say(f"lost the connection to {where} ({reason(error)}); reconnecting")
 
         def restored(done: Restored) -> None:
             what = getattr(args, "following", None)
@@ -471,21 +468,24 @@ class ClientCommand:
                 client.subscribe(topic, presence=args.presence)
             return " ".join(args.topics), str(client.identity)
 
-        return self.follow(args, subscribe, lines)
+        return self.follow(args, subscribe, lines, client)
 
     def follow(
         self,
         args: argparse.Namespace,
         subscribe: Callable[[], tuple[str, str]],
         lines: Iterable[str | None],
+        client: Any = None,
     ) -> int:
         """``sub``: ``subscribe()`` (its subscriptions in force when it returns, and what
         it subscribed to and as whom, for stderr), then print each of ``lines`` (None: not
-        shown) until Ctrl-C, which exits 0. The client of :meth:`open` reconnects
-        (:meth:`reconnect`) when the broker goes away."""
+        shown) until Ctrl-C, which exits 0. Once subscribed, ``client`` (a blocking client)
+        reconnects (:meth:`reconnect`) when the broker goes away; an error before ends it."""
         try:
             what, who = subscribe()
             args.following = what
+            if client is not None:
+                client.set_reconnect(self.reconnect(args))
             _say(f"subscribed to {what} as {who} on {self.where(args)}; Ctrl-C to stop")
             for line in lines:
                 if line is not None:

@@ -167,7 +167,6 @@ class MM2Command(kit.ClientCommand):
         return BlockingMM2Client(
             args.host, args.port, args.login, required, optional,
             ssl_context=kit.ssl_context(args), timeout=args.timeout,
-            reconnect=self.reconnect(args),
         )  # fmt: skip
 
     def refused(self, error: Exception, args: argparse.Namespace) -> str | None:
@@ -187,6 +186,7 @@ class MM2Command(kit.ClientCommand):
                 args,
                 lambda: self._subscribe(client, args, early),
                 (render_message(m) for m in itertools.chain(early, client.messages())),
+                client,
             )
         for payload in kit.message_lines(args.message, sys.stdin.buffer):
             client.publish(args.destination, payload, args.properties or None)

@@ -30,13 +30,7 @@ from typing import Any
 
 from msgbroker.clientkit import cli as kit
 
-from .blocking import (
-    ADDRESS_ENV,
-    BlockingSbusClient,
-    SbusConnectionClosed,
-    as_address,
-    default_address,
-)
+from .blocking import ADDRESS_ENV, BlockingSbusClient, SbusConnectionClosed, default_address
 from .codec import DEFAULT_MAX_PACKET, Publish
 
 NAME = "sbus"
@@ -81,10 +75,7 @@ class SbusCommand(kit.ClientCommand):
         return str(args.address or default_address())
 
     def open(self, args: argparse.Namespace) -> BlockingSbusClient:
-        address = as_address(self.where(args))
-        # an inherited socket (/dev/fd/N) cannot be opened again: its loss is the end
-        reconnect = self.reconnect(args) if address.fd is None else None
-        return BlockingSbusClient(address, timeout=args.timeout, reconnect=reconnect)
+        return BlockingSbusClient(self.where(args), timeout=args.timeout)
 
     def refused(self, error: Exception, args: argparse.Namespace) -> str | None:
         if isinstance(error, TimeoutError):
@@ -98,6 +89,8 @@ class SbusCommand(kit.ClientCommand):
                 lambda: self._subscribe(client, args),
                 (render_message(p) if isinstance(p, Publish) else None  # control: not shown
                  for p in client.messages()),
+                # an inherited socket (/dev/fd/N) cannot be opened again: its loss ends sub
+                client if client.address.fd is None else None,
             )  # fmt: skip
         if args.action == "pub":
             for payload in kit.message_lines(args.message, sys.stdin.buffer):

@@ -89,7 +89,6 @@ class SSMPCommand(kit.ClientCommand):
         return BlockingSSMPClient(
             args.host, args.port, identity, scheme, credential,
             ssl_context=kit.ssl_context(args), timeout=args.timeout,
-            reconnect=self.reconnect(args),
         )  # fmt: skip
 
     def refused(self, error: Exception, args: argparse.Namespace) -> str | None:

@@ -152,7 +152,7 @@ class STMPCommand(kit.ClientCommand):
         return BlockingSTMPClient(
             args.host, _port(args), identity, scheme, credential, ws=args.ws, path=args.path,
             ssl_context=kit.ssl_context(args), encoding=_ENCODINGS[args.encoding],
-            timeout=args.timeout, reconnect=self.reconnect(args),
+            timeout=args.timeout,
         )  # fmt: skip
 
     def refused(self, error: Exception, args: argparse.Namespace) -> str | None:

@@ -451,3 +451,20 @@ def test_a_client_without_reopen_cannot_reconnect(thread):
                 BlockingClient(LineSession(), StreamChannel(sock), timeout=WAIT, reconnect=True)
         finally:
             sock.close()
+
+
+def test_reconnecting_can_start_after_the_first_steps_and_stop_again(thread):
+    time = FakeTime()
+    with SubServer(thread) as server:
+        client = BlockingSubClient([server.port], time=time, reconnect=None)
+        assert not client.reconnecting
+        client.set_reconnect(Reconnect(initial=0.5, jitter=0.0))  # as sub does, subscribed
+        assert client.ask("SUB a") == "SUB A"
+        server.call(server.connections[0].drop)
+        assert client.ask("b") == "B"  # reconnected first
+        assert server.logged(conn=1) == [b"ASK SUB a", b"ASK b"]
+        client.set_reconnect(None)
+        server.call(server.connections[1].drop)
+        with pytest.raises(LineClosed):
+            client.ask("c")
+        assert not client.reconnecting
