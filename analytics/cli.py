@@ -141,6 +141,12 @@ def _preload() -> None:
         charts.preload()
 
 
+def _stage(text: str) -> None:
+    """What the report is doing now, on stderr (it runs for a while, mostly in Spark)."""
+    sys.stderr.write(f"msgbroker analytics: {text} ...\n")
+    sys.stderr.flush()
+
+
 def _run_report(args: argparse.Namespace) -> int:
     if not args.journal_dir.is_dir():
         raise CommandError(f"{args.journal_dir} is not a directory")
@@ -151,6 +157,13 @@ def _run_report(args: argparse.Namespace) -> int:
     ours = not _running_spark()
     # what drawing imports loads meanwhile (the JVM starts in another process)
     threading.Thread(target=_preload, name="preload", daemon=True).start()
+    from .java import JavaMissing, check_java
+
+    try:
+        check_java()  # before the first stage: without Java, the error is the only line
+    except JavaMissing as e:
+        raise CommandError(str(e)) from None
+    _stage(f"starting Spark ({args.master})" if ours else "using the running Spark")
     spark = start_spark(args.master, sql=False)
     from .report import SkippedFile, run_report
 
@@ -165,9 +178,11 @@ def _run_report(args: argparse.Namespace) -> int:
             since=args.since,
             until=args.until,
             on_skip=report_skip,
+            on_stage=_stage,
         )
     finally:
         if ours:
+            _stage("stopping Spark")
             spark.stop()
     summary = report.tables["summary"].to_pylist()[0]
     print(

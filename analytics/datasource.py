@@ -28,6 +28,11 @@ query's ``checkpointLocation`` option (which must then be a local path: the stat
 written by the driver, with plain file I/O). It belongs to that checkpoint: delete both or
 neither.
 
+How it logs in is :class:`BrokerLogin`: an identity, a scheme (``open``, ``secret``, ``cert``,
+or any a plugin adds), the credential's file, TLS with a client certificate. Only paths go
+into Spark's options: the driver reads the files when it publishes, so a secret never appears
+in a query plan and never travels to the executors.
+
 This module imports PySpark at import time; import it only with the ``spark`` extra installed.
 """
 
@@ -37,9 +42,10 @@ import json
 import logging
 import os
 import shutil
+import ssl
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +68,90 @@ log = logging.getLogger(__name__)
 
 class SinkError(Exception):
     """The sink was set up wrong (options, schema): the message says what to change."""
+
+
+#: the sink's login options (Spark's options are strings)
+LOGIN_OPTIONS = ("identity", "scheme", "secret_file", "tls", "ca", "cert", "key")
+
+
+@dataclass(frozen=True)
+class BrokerLogin:
+    """How the sink logs in to the broker's SSMP listener, with the options of the protocol
+    clients (``msgbroker ssmp --help``): ``identity``; ``scheme`` (None: ``secret`` with a
+    ``secret_file``, ``cert`` with a ``cert``, else ``open``); ``secret_file``, the file holding
+    the credential (without its final line break); TLS when ``tls`` or any of ``ca`` (the CA
+    to verify the broker with; default the system's), ``cert`` and ``key`` (the client
+    certificate, for the cert scheme) is given."""
+
+    identity: str = DEFAULT_IDENTITY
+    scheme: str | None = None
+    secret_file: str | None = None
+    tls: bool = False
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str] | Any) -> BrokerLogin:
+        """The login a writer's options name (:meth:`options`)."""
+        values = {name: options.get(name) or None for name in LOGIN_OPTIONS}
+        tls = str(values.pop("tls") or "").lower() in ("true", "1", "yes")
+        return cls(**{k: v for k, v in values.items() if v is not None}, tls=tls)
+
+    def options(self) -> dict[str, str]:
+        """As the sink's options (what is not set is left out)."""
+        values = {"identity": self.identity, "scheme": self.scheme,
+                  "secret_file": self.secret_file, "ca": self.ca, "cert": self.cert,
+                  "key": self.key, "tls": "true" if self.tls else None}  # fmt: skip
+        return {name: value for name, value in values.items() if value}
+
+    @property
+    def login_scheme(self) -> str:
+        if self.scheme:
+            return self.scheme
+        if self.secret_file:
+            return "secret"
+        return "cert" if self.cert else "open"
+
+    @property
+    def uses_tls(self) -> bool:
+        return bool(self.tls or self.ca or self.cert)
+
+    def check(self) -> None:
+        """:class:`SinkError` for an identity SSMP cannot carry, or a login that lacks
+        its file."""
+        if not is_valid_id(self.identity):
+            raise SinkError(f"identity {self.identity!r} is not a valid SSMP id")
+        if self.login_scheme == "secret" and not self.secret_file:
+            raise SinkError("the secret scheme needs a secret file (--secret-file)")
+
+    def credential(self) -> bytes | None:
+        """The secret file's contents (read now), or None without one."""
+        if not self.secret_file:
+            return None
+        try:
+            data = Path(self.secret_file).read_bytes()
+        except OSError as e:
+            raise SinkError(f"cannot read secret file {self.secret_file}: {e.strerror}") from None
+        return data.removesuffix(b"\n").removesuffix(b"\r")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """TLS for the connection (the files read now), or None."""
+        if not self.uses_tls:
+            return None
+        from msgbroker.clientkit.tls import ssl_context
+
+        try:
+            return ssl_context(self.ca, self.cert, self.key)
+        except (OSError, ssl.SSLError) as e:
+            raise SinkError(f"cannot set up TLS: {e}") from None
+
+    def connect(self, host: str, port: int, timeout: float, **options: Any) -> Any:
+        """A logged-in :class:`~msgbroker.plugins.ssmp.client.BlockingSSMPClient`."""
+        return BlockingSSMPClient(
+            host, port, self.identity, self.login_scheme, self.credential(),
+            ssl_context=self.ssl_context(), timeout=timeout, **options,
+        )  # fmt: skip
 
 
 # Spark pickles commit messages between processes; attrs classes pickle too, but a
@@ -182,11 +272,14 @@ class MsgbrokerStreamWriter(DataSourceStreamWriter):
 
     def __init__(self, options: dict[str, str] | Any) -> None:
         self.host, self.port = parse_broker(options.get("broker") or f"127.0.0.1:{DEFAULT_PORT}")
-        self.identity = options.get("identity") or DEFAULT_IDENTITY
-        if not is_valid_id(self.identity):
-            raise SinkError(f"identity {self.identity!r} is not a valid SSMP id")
+        self.login = BrokerLogin.from_options(options)
+        self.login.check()
         self.timeout = float(options.get("timeout") or DEFAULT_TIMEOUT)
         self.state = state_path(options)
+
+    @property
+    def identity(self) -> str:
+        return self.login.identity
 
     def write(self, iterator: Iterator[Row]) -> PublishRows:
         messages = []
@@ -215,9 +308,7 @@ class MsgbrokerStreamWriter(DataSourceStreamWriter):
             log.warning("msgbroker sink: batch %d: %d rows SSMP cannot carry", batch_id, skipped)
         outgoing = [message for m in rows for message in m.messages]
         if outgoing:
-            with BlockingSSMPClient(
-                self.host, self.port, self.identity, timeout=self.timeout, keepalive=None
-            ) as client:
+            with self.login.connect(self.host, self.port, self.timeout, keepalive=None) as client:
                 for topic, payload in outgoing:
                     client.mcast(topic, payload)
         write_state(self.state, batch_id)
@@ -228,9 +319,10 @@ class MsgbrokerStreamWriter(DataSourceStreamWriter):
 
 
 class MsgbrokerDataSource(DataSource):
-    """``format("msgbroker")``: options ``broker`` (HOST:PORT, default 127.0.0.1:4444),
-    ``identity`` (the SSMP login, default ``spark-stats``, scheme ``open``), ``state`` (the
-    batch id file; default inside ``checkpointLocation``), ``timeout`` (seconds per reply)."""
+    """``format("msgbroker")``: options ``broker`` (HOST:PORT, default 127.0.0.1:4444), the
+    login's (:class:`BrokerLogin`: ``identity``, default ``spark-stats``; ``scheme``,
+    ``secret_file``; ``tls``, ``ca``, ``cert``, ``key``), ``state`` (the batch id file;
+    default inside ``checkpointLocation``), ``timeout`` (seconds per reply)."""
 
     @classmethod
     def name(cls) -> str:

@@ -102,6 +102,7 @@ def run_report(
     since: dt.datetime | None = None,
     until: dt.datetime | None = None,
     on_skip: Callable[[SkippedFile], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> Report:
     """Compute the report of ``journal_dir`` rows in ``[since, until)`` into ``out_dir``.
 
@@ -109,9 +110,13 @@ def run_report(
     starts only that, two seconds quicker than a session).
 
     Files that are not journal segments, or whose data turn out damaged, are passed to
-    ``on_skip`` (as found), listed in the report, and otherwise ignored.
+    ``on_skip`` (as found), listed in the report, and otherwise ignored. ``on_stage`` is
+    told what the report starts doing, in a few words ("reading the journal in ...",
+    "computing ...", "writing ..."), for a person waiting for it.
     """
+    stage = on_stage or (lambda text: None)
     journal_dir, out_dir = Path(journal_dir), Path(out_dir)
+    stage(f"reading the journal in {journal_dir}")
     listed = {t: list_table(journal_dir, t, since, until) for t in (MESSAGES, SESSIONS)}
     skipped = list(listed[MESSAGES].skipped + listed[SESSIONS].skipped)
     if on_skip is not None:
@@ -122,14 +127,20 @@ def run_report(
     context = spark.sparkContext if isinstance(spark, SparkSession) else spark
     jobs = _Jobs(context, since, until, on_skip, skipped)
     messages, sessions = listed[MESSAGES].segments, listed[SESSIONS].segments
+    stage(
+        f"computing traffic, topics, talkers and sessions from {len(messages)} message and "
+        f"{len(sessions)} session segments"
+    )
     tables = aggregate(jobs, messages, sessions)
     # the charts need nothing from the second job: draw them meanwhile (the driver only
     # waits on Spark there), and write the tables once that job is back
     with ThreadPoolExecutor(1, thread_name_prefix="charts") as drawing:
+        stage("computing the busiest topics minute by minute, drawing the charts")
         charts_done = drawing.submit(charts.render_all, dict(tables), out_dir / "charts")
         tables["topics_by_minute"] = top_topics_by_minute(jobs, messages, tables["topics"])
         tables["summary"] = summarize(tables, since, until, len(skipped))
         tables_dir = out_dir / "tables"
+        stage(f"writing the tables in {tables_dir}")
         for name in TABLES:
             target = tables_dir / name
             if target.exists():
@@ -137,6 +148,7 @@ def run_report(
             target.mkdir(parents=True)
             pq.write_table(tables[name], target / "part-00000.parquet")
         chart_paths = charts_done.result()
+    stage(f"writing {out_dir / 'index.html'}")
     index = html.write_index(out_dir, journal_dir, tables, chart_paths, tuple(skipped))
     return Report(out_dir, index, tables, tuple(chart_paths), tuple(skipped))
 

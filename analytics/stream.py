@@ -5,6 +5,13 @@ into the broker.
 
     msgbroker analytics stream /var/lib/msgbroker/journal --broker 127.0.0.1:4444
     msgbroker ssmp sub '_stats/topic/news'      # {"window_start":"2026-11-22T17:30:00Z", ...}
+    msgbroker analytics stream JOURNAL --broker broker.example:4443 --tls --ca ca.pem \
+        --cert stats.pem --key stats.key        # the cert scheme, as CN/spark-stats
+    msgbroker analytics stream JOURNAL --id stats --secret-file /etc/msgbroker/secret
+
+It logs in with the options every client has (``msgbroker ssmp --help``): ``--id``,
+``--scheme``, ``--secret-file``, and TLS with ``--tls``, ``--ca``, ``--cert``, ``--key``; the
+sink reads the files when it publishes (:class:`~.datasource.BrokerLogin`).
 
 A Structured Streaming query reads ``JOURNAL_DIR/messages`` as a Parquet file stream (finished
 segments only: the journal writes ``.seg-*.tmp`` first and Spark skips names starting with
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +48,8 @@ from msgbroker.cli import CommandError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+
+    from .datasource import BrokerLogin
 
 STATS_PREFIX = "_stats/"
 TOPIC_PREFIX = "_stats/topic/"
@@ -146,6 +156,7 @@ def run_stream(
     identity: str | None = None,
     max_files_per_trigger: int = MAX_FILES_PER_TRIGGER,
     query_name: str | None = None,
+    login: BrokerLogin | None = None,
 ) -> StreamingQuery:
     """Start the stats query; returns the running :class:`StreamingQuery`.
 
@@ -153,7 +164,8 @@ def run_stream(
     is where Spark keeps its offsets and the sink its last published batch id: restarting
     with the same one resumes without publishing a batch twice. ``trigger`` takes
     :meth:`DataStreamWriter.trigger`'s keywords (default ``{"processingTime": "1 seconds"}``;
-    ``{"availableNow": True}`` processes what is there and stops).
+    ``{"availableNow": True}`` processes what is there and stops). ``login`` is how the sink
+    logs in (default: ``identity``, or ``spark-stats``, with the ``open`` scheme).
     """
     from .datasource import NAME, register
 
@@ -171,6 +183,8 @@ def run_stream(
     )
     if identity:
         writer = writer.option("identity", identity)
+    for name, value in (login.options() if login is not None else {}).items():
+        writer = writer.option(name, value)
     if query_name:
         writer = writer.queryName(query_name)
     return writer.start()
@@ -237,9 +251,15 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         help="how late a message may be and still count; delays each window's publication "
         f"by as much (default {DEFAULT_WATERMARK:g})",
     )
-    parser.add_argument(
-        "--identity", metavar="ID", default=None, help="SSMP login (default spark-stats)"
-    )
+    login = parser.add_argument_group("login (as every client's; see msgbroker ssmp --help)")
+    login.add_argument(
+        "--id", "--identity", dest="identity", metavar="ID", default=None,
+        help="identity to log in as [spark-stats; with the cert scheme CN/spark-stats]",
+    )  # fmt: skip
+    from msgbroker.clientkit import cli as kit
+
+    for option in (*kit.LOGIN, *kit.TLS_FILES, kit.tls()):
+        option.add_to(login)
     if "--master" not in parser._option_string_actions:
         parser.add_argument(
             "--master", metavar="URL", default="local[*]", help="Spark master (default local[*])"
@@ -247,19 +267,42 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(action_run=main)
 
 
-def _check_broker(broker: str, identity: str | None) -> None:
-    """Fail now, in one line, rather than at the first micro-batch's commit."""
-    from msgbroker.plugins.ssmp.client import BlockingSSMPClient, SSMPError
+def broker_login(args: argparse.Namespace) -> BrokerLogin:
+    """The sink's login from the command line: the clients' options and defaults."""
+    from msgbroker.clientkit import cli as kit
 
-    from .datasource import DEFAULT_IDENTITY, SinkError, parse_broker
+    from .datasource import DEFAULT_IDENTITY, BrokerLogin, SinkError
+
+    scheme = kit.login_scheme(args)
+    identity = args.identity or kit.default_identity(args, scheme, DEFAULT_IDENTITY)
+    login = BrokerLogin(
+        identity, args.scheme, args.secret_file, args.tls, args.ca, args.cert, args.key
+    )
+    try:
+        login.check()
+    except SinkError as e:
+        raise CommandError(str(e)) from None
+    return login
+
+
+def _check_broker(broker: str, login: BrokerLogin) -> None:
+    """Fail now, in one line, rather than at the first micro-batch's commit."""
+    from msgbroker.plugins.ssmp.client import SSMPError
+
+    from .datasource import SinkError, parse_broker
 
     try:
         host, port = parse_broker(broker)
-        BlockingSSMPClient(host, port, identity or DEFAULT_IDENTITY, timeout=5.0).close()
+        login.connect(host, port, timeout=5.0).close()
     except SinkError as e:
         raise CommandError(str(e)) from None
     except SSMPError as e:
-        raise CommandError(f"{broker} refused the login: {e}") from None
+        raise CommandError(
+            f"{broker} refused the login as {login.identity!r} with scheme "
+            f"{login.login_scheme!r}: {e}"
+        ) from None
+    except ssl.SSLError as e:
+        raise CommandError(f"TLS with {broker} failed: {e.reason or e}") from None
     except (OSError, TimeoutError) as e:
         raise CommandError(f"cannot connect to the broker at {broker}: {e}") from None
 
@@ -271,7 +314,8 @@ def main(args: argparse.Namespace) -> int:
     require_spark_extra()  # before the import of pyspark below
     if not Path(args.journal_dir).is_dir():
         raise CommandError(f"{args.journal_dir} is not a directory")
-    _check_broker(args.broker, args.identity)
+    login = broker_login(args)
+    _check_broker(args.broker, login)
     from pyspark.errors import StreamingQueryException
 
     spark = start_spark(args.master)
@@ -284,11 +328,12 @@ def main(args: argparse.Namespace) -> int:
             checkpoint=args.checkpoint,
             trigger={"processingTime": seconds(args.trigger)},
             watermark=seconds(args.watermark),
-            identity=args.identity,
+            login=login,
         )
         sys.stderr.write(
             f"msgbroker analytics: streaming {Path(args.journal_dir, 'messages')} to "
-            f"{args.broker} as {TOPIC_PREFIX}<topic> (window {args.window:g} s)\n"
+            f"{args.broker} as {TOPIC_PREFIX}<topic> (window {args.window:g} s; logged in "
+            f"as {login.identity} with {login.login_scheme}{' over TLS' * login.uses_tls})\n"
         )
         try:
             query.awaitTermination()

@@ -11,6 +11,11 @@ each request asks the session for a token and waits for its answer
 the ``next_...`` methods (:meth:`BlockingClient._next`). Timers (keepalives, request
 timeouts) run only while the client reads; :meth:`BlockingClient.poll` reads without
 waiting, for a program that is busy elsewhere.
+
+With ``reconnect=``, a lost connection is restored (:meth:`BlockingClient._reopen`, the
+session's replay) inside the call that finds it lost — there is no thread: a wait for
+deliveries goes on, a request waits for it up to its timeout; a request in flight when the
+connection drops raises ``ConnectionClosed`` and is never sent again (docs/clientkit.md).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any, ClassVar, TypeVar
 
 from msgbroker.errors import RemoteProtocolError
 
+from .reconnect import Backoff, Reconnect, gives_up, reconnect_policy, still_to_replay
 from .session import Answered, ClientSession, ConnectionClosed, Ended, Failed
 
 T = TypeVar("T")
@@ -137,6 +143,10 @@ class BlockingClient:
     When the session ends the socket is closed and its error raised — a protocol error as
     the protocol's :class:`~msgbroker.clientkit.session.ConnectionClosed`; later calls
     raise :meth:`ClientSession.closed`.
+
+    ``reconnect`` (True or a :class:`~msgbroker.clientkit.reconnect.Reconnect`) needs a
+    subclass with :meth:`_reopen` that calls :meth:`_opened` once its first connection is
+    ready; ``sleep`` waits between attempts (tests pass one that moves their clock).
     """
 
     #: how errors name the other side
@@ -149,22 +159,34 @@ class BlockingClient:
         *,
         timeout: float | None,
         clock: Callable[[], float] = time.monotonic,
+        reconnect: Reconnect | bool | None = None,
+        sleep: Callable[[float], object] = time.sleep,
     ) -> None:
         self.session = session
         self.timeout = timeout
         self.closed = False
         self._channel = channel
         self._now = clock
+        self._sleep = sleep
         self._answers: dict[int, Answered | Failed] = {}
+        self._backoff: Backoff | None = None
+        self._live = False  # up and ready (after _opened): its loss starts reconnecting
+        self._lost_live = False  # a live connection was lost and is not restored yet
+        self.set_reconnect(reconnect)
+        self._closing = False  # close() was called: never reconnect
+        self._due = 0.0  # when the next attempt to reconnect may start
         try:
-            self._handle(session.start(self._now()))
-            self._flush()
-            early = channel.leftover()
-            if early:
-                self._feed(early)
+            self._start()
         except BaseException:
             self._shut()
             raise
+
+    def _start(self) -> None:
+        self._handle(self.session.start(self._now()))
+        self._flush()
+        early = self._channel.leftover()
+        if early:
+            self._feed(early)
 
     def __enter__(self) -> Any:
         return self
@@ -177,9 +199,28 @@ class BlockingClient:
         """The connected socket (an ``ssl.SSLSocket`` with TLS)."""
         return self._channel.sock
 
+    @property
+    def reconnecting(self) -> bool:
+        """Whether the connection is lost and the next call reconnects (``reconnect=``)."""
+        return self._lost_live
+
+    def set_reconnect(self, reconnect: Reconnect | bool | None) -> None:
+        """Reconnect from now on as ``reconnect=`` says (None: no more): for a program whose
+        first steps (a subscription the broker may refuse by closing) should end it."""
+        policy = reconnect_policy(reconnect)
+        if policy is not None and type(self)._reopen is BlockingClient._reopen:
+            raise TypeError(f"{type(self).__name__} cannot reconnect: it has no _reopen()")
+        self._backoff = Backoff(policy) if policy is not None else None
+        if self._backoff is None:
+            self._lost_live = False
+        elif self._live:
+            self._backoff.up(self._now())
+
     def close(self) -> None:
-        """Say goodbye as the protocol does (:meth:`_goodbye`), close the socket. Never
-        raises; does nothing when already closed."""
+        """Say goodbye as the protocol does (:meth:`_goodbye`), close the socket (and stop
+        reconnecting). Never raises; does nothing when already closed."""
+        self._closing = True
+        self._lost_live = False
         if self.closed:
             return
         try:
@@ -191,14 +232,71 @@ class BlockingClient:
 
     def poll(self) -> None:
         """Handle whatever already arrived and run the timers that are due, without
-        waiting. Raises the protocol's ``ConnectionClosed`` if the connection ended."""
-        while self._receive(self._now(), poll=True):
-            pass
+        waiting. Raises the protocol's ``ConnectionClosed`` if the connection ended (with
+        ``reconnect=``: reconnects when an attempt is due, else returns)."""
+        if self._lost_live and not self._restore(self._now()):
+            return
+        self._take_arrived()
+
+    def _take_arrived(self) -> None:
+        """Handle what already arrived; a loss it shows (with ``reconnect=``) is left for
+        the next call to restore."""
+        try:
+            while self._receive(self._now(), poll=True):
+                pass
+        except Exception:
+            if not self._lost_live:
+                raise
 
     # -- for protocol subclasses ---------------------------------------------------------------
 
     def _event(self, event: Any) -> None:
         """An event of the protocol's own (a delivery): queue it."""
+
+    def _reopen(self) -> tuple[ClientSession, StreamChannel]:
+        """A new connection for reconnecting: a fresh session of the protocol, with the same
+        settings, and a connected channel (``OSError`` when it cannot connect)."""
+        raise NotImplementedError
+
+    def _opening(self) -> None:
+        """After :meth:`_reopen`: wait for the protocol's opening exchange (a version
+        check, a handshake) — not the login, which the session's replay does."""
+
+    def _opened(self) -> None:
+        """The first connection is ready (logged in): from now on its loss is reconnected,
+        with ``reconnect=``."""
+        self._live = True
+        if self._backoff is not None:
+            self._backoff.up(self._now())
+
+    def _usable(self, timeout: float | None = None) -> None:
+        """Before a request or a send: the connection, reconnected first when it is lost
+        (waiting up to ``timeout``, default the client's); else the protocol's
+        ``ConnectionClosed``."""
+        if not self.closed and self._backoff is not None:
+            self._take_arrived()  # a connection already closed by the peer: not for this
+        if not self.closed:
+            return
+        if not self._lost_live:
+            raise self.session.closed()
+        wait = self.timeout if timeout is None else timeout
+        if not self._restore(None if wait is None else self._now() + wait):
+            raise self.session.closed_error(
+                f"not connected: the {self.peer} did not come back within {wait:g} s"
+            )
+
+    def _ask(
+        self, ask: Callable[[], int], timeout: float | None = None, what: str = "reply"
+    ) -> Any:
+        """A request: :meth:`_usable` (up to ``timeout``, default the client's), then
+        ``ask()`` its token and :meth:`_wait` for the answer (``timeout``: for the answer
+        too, what is left of it)."""
+        start = self._now()
+        self._usable(timeout)
+        token = ask()
+        if timeout is not None:
+            timeout = max(timeout - (self._now() - start), 0.0)
+        return self._wait(token, timeout, what)
 
     def _goodbye(self) -> None:
         """Before the socket closes: the transport's closing handshake, by default (a
@@ -215,8 +313,9 @@ class BlockingClient:
         ``TimeoutError("no {what} within ...")`` raised."""
         deadline = None if timeout is None else self._now() + timeout
         if not self._read_until(lambda: token in self._answers, deadline):
-            self._shut()
-            raise TimeoutError(f"no {what} within {timeout:g} s")
+            text = f"no {what} within {timeout:g} s"
+            self._shut(self.session.closed_error(text))
+            raise TimeoutError(text)
         answer = self._answers.pop(token)
         if isinstance(answer, Failed):
             raise answer.error
@@ -238,11 +337,20 @@ class BlockingClient:
 
     def _next(self, queue: deque[Any], timeout: float | None) -> Any:
         """The next item of ``queue`` (queued or read now), or None after ``timeout``
-        seconds (None: as long as it takes; 0: only what has already arrived)."""
+        seconds (None: as long as it takes; 0: only what has already arrived). With
+        ``reconnect=``, a lost connection is restored meanwhile, within that time."""
         deadline = None if timeout is None else self._now() + timeout
         while not queue:
-            if not self._receive(deadline, poll=timeout == 0):
-                return None
+            if self._lost_live:
+                if not self._restore(self._now() if timeout == 0 else deadline):
+                    return None
+                continue
+            try:
+                if not self._receive(deadline, poll=timeout == 0):
+                    return None
+            except Exception:
+                if not self._lost_live:
+                    raise
         return queue.popleft()
 
     def _every(self, take: Callable[[], T | None]) -> Iterator[T]:
@@ -285,13 +393,10 @@ class BlockingClient:
                     return False
                 continue
             except ConnectionResetError as e:  # it closed with our data still unread
-                self._shut()
                 raise self._lost(f"the {self.peer} closed the connection") from e
             except OSError as e:
-                self._shut()
                 raise self._lost(f"connection lost: {e.strerror or e}") from e
             if not data:
-                self._shut()
                 raise self._lost(f"the {self.peer} closed the connection")
             self._feed(data)
             return True
@@ -301,7 +406,7 @@ class BlockingClient:
             self._handle(self.session.receive(unit, self._now()))
         self._flush()
         if self._channel.peer_closed:  # an answer it carried may still be taken
-            self._shut(self._lost(f"the {self.peer} closed the connection"))
+            self._lost(f"the {self.peer} closed the connection")
 
     def _handle(self, events: list[Any]) -> None:
         for event in events:
@@ -330,22 +435,81 @@ class BlockingClient:
         try:
             self._channel.send(units)
         except TimeoutError:
-            self._shut()
-            raise TimeoutError(f"the {self.peer} took nothing for {self.timeout:g} s") from None
+            text = f"the {self.peer} took nothing for {self.timeout:g} s"
+            self._shut(self.session.closed_error(text))
+            raise TimeoutError(text) from None
         except (BrokenPipeError, ConnectionResetError) as e:
-            self._shut()
             raise self._lost(f"the {self.peer} closed the connection") from e
         except OSError as e:
-            self._shut()
             raise self._lost(f"cannot send: {e.strerror or e}") from e
 
     def _lost(self, text: str) -> ConnectionClosed:
+        """Close with the protocol's ``ConnectionClosed(text)``, which is returned."""
         error = self.session.closed_error(text)
-        self.session.lost(error)
+        self._shut(error)
         return error
 
     def _shut(self, error: BaseException | None = None) -> None:
-        if not self.closed:
-            self.closed = True
-            self._channel.sock.close()
-            self.session.lost(error or self.session.closed_error("the connection is closed"))
+        if self.closed:
+            return
+        self.closed = True
+        self._channel.sock.close()
+        self.session.lost(error or self.session.closed_error("the connection is closed"))
+        if not self._live:
+            return
+        self._live = False
+        backoff = self._backoff
+        if backoff is not None and not self._closing:
+            self._lost_live = True
+            now = self._now()
+            self._due = now + backoff.lost(self.session.replay(), now)
+            backoff.tell_lost(self.session.error or self.session.closed())
+
+    # -- reconnecting -------------------------------------------------------------------------
+
+    def _restore(self, deadline: float | None) -> bool:
+        """Reconnect, replaying the lost session's login and subscriptions, attempt after
+        attempt (with the policy's waits) until one works (True) or ``deadline`` comes
+        first (False; the next call goes on). Raises the error that ends reconnecting: a
+        refusal, or the last failure once the policy's attempts are spent."""
+        backoff = self._backoff
+        assert backoff is not None
+        while True:
+            now = self._now()
+            if deadline is not None and self._due > deadline:
+                if deadline > now:
+                    self._sleep(deadline - now)
+                return False
+            if self._due > now:
+                self._sleep(self._due - now)
+            try:
+                self._attempt(backoff)
+            except Exception as e:
+                self._shut()  # this attempt's connection (not a live one)
+                if gives_up(e):
+                    self._lost_live = False
+                    raise
+                wait = backoff.failed()
+                if wait is None:
+                    self._lost_live = False
+                    raise self.session.closed_error(
+                        f"gave up reconnecting after {backoff.failures} attempts: {e}"
+                    ) from e
+                self._due = self._now() + wait
+                continue
+            return True
+
+    def _attempt(self, backoff: Backoff) -> None:
+        session, channel = self._reopen()
+        self.session, self._channel, self.closed = session, channel, False
+        self._answers.clear()
+        self._start()
+        self._opening()
+        replay = still_to_replay(backoff.replay, session)
+        tokens = [item.ask(session, self._now()) for item in replay]
+        self._sent()
+        for token in tokens:
+            if token is not None:
+                self._wait(token, self.timeout, "reply while reconnecting")
+        self._live, self._lost_live = True, False
+        backoff.tell_restored(backoff.restored(replay, self._now()))

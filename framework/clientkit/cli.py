@@ -27,8 +27,9 @@ from ``--ca``/``--cert``/``--key``, errors as one line (``msgbroker: error: ...`
 status 1) — the protocol's own first (:meth:`ClientCommand.refused`,
 :meth:`ClientCommand.failed`), then the common ones —, messages from the command line or
 one per line of stdin (:func:`message_lines`), ``sub``'s announcement and its Ctrl-C
-(:meth:`ClientCommand.follow`), and payloads shown on one unambiguous line
-(:func:`render_payload`). A broken pipe is :mod:`msgbroker.cli`'s.
+(:meth:`ClientCommand.follow`), ``sub`` reconnecting when the broker goes away
+(:meth:`ClientCommand.reconnect`, a line on stderr each time), and payloads shown on one
+unambiguous line (:func:`render_payload`). A broken pipe is :mod:`msgbroker.cli`'s.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from attrs import field, frozen
 
 from msgbroker.cli import CommandError
 
+from .reconnect import Reconnect, Restored
 from .session import ConnectionClosed
 
 __all__ = [
@@ -241,10 +243,10 @@ def login_scheme(args: argparse.Namespace) -> str:
     return "cert" if args.cert else "open"
 
 
-def default_identity(args: argparse.Namespace, scheme: str) -> str:
-    """``cli-PID-RANDOM``; with the cert scheme, the certificate's CN in front of it
-    (``CN/cli-PID-RANDOM``: an identity the cert scheme accepts)."""
-    generated = f"cli-{os.getpid()}-{secrets.token_hex(2)}"
+def default_identity(args: argparse.Namespace, scheme: str, name: str | None = None) -> str:
+    """``name``, by default ``cli-PID-RANDOM``; with the cert scheme, the certificate's CN
+    in front of it (``CN/cli-PID-RANDOM``: an identity the cert scheme accepts)."""
+    generated = name or f"cli-{os.getpid()}-{secrets.token_hex(2)}"
     if scheme == "cert" and args.cert:
         from cryptography import x509
         from cryptography.x509.oid import NameOID
@@ -437,6 +439,21 @@ class ClientCommand:
         """The broker, as the error lines name it."""
         return f"{args.host}:{args.port}"
 
+    def reconnect(self, args: argparse.Namespace) -> Reconnect:
+        """How ``sub``'s client reconnects once subscribed (:meth:`follow`): the default
+        waits, each loss and reconnection told on stderr."""
+        where = self.where(args)
+
+        def lost(error: BaseException) -> None:
+            _say(f"lost the connection to {where} ({reason(error)}); reconnecting")
+
+        def restored(done: Restored) -> None:
+            what = getattr(args, "following", None)
+            again = f"; subscribed to {what} again" if what else ""
+            _say(f"reconnected to {where}{again}")
+
+        return Reconnect(on_lost=lost, on_restored=restored)
+
     def login(self, args: argparse.Namespace) -> tuple[str, str, bytes | None]:
         """(identity, scheme, credential) from ``--id``, ``--scheme``, ``--secret-file``
         and ``--cert``, the defaults filled in; also kept as ``args.login`` and
@@ -454,24 +471,25 @@ class ClientCommand:
                 client.subscribe(topic, presence=args.presence)
             return " ".join(args.topics), str(client.identity)
 
-        return self.follow(args, subscribe, lines)
+        return self.follow(args, subscribe, lines, client)
 
     def follow(
         self,
         args: argparse.Namespace,
         subscribe: Callable[[], tuple[str, str]],
         lines: Iterable[str | None],
+        client: Any = None,
     ) -> int:
         """``sub``: ``subscribe()`` (its subscriptions in force when it returns, and what
         it subscribed to and as whom, for stderr), then print each of ``lines`` (None: not
-        shown) until Ctrl-C, which exits 0."""
+        shown) until Ctrl-C, which exits 0. Once subscribed, ``client`` (a blocking client)
+        reconnects (:meth:`reconnect`) when the broker goes away; an error before ends it."""
         try:
             what, who = subscribe()
-            sys.stderr.write(
-                f"msgbroker: subscribed to {what} as {who} on {self.where(args)}; "
-                "Ctrl-C to stop\n"
-            )
-            sys.stderr.flush()
+            args.following = what
+            if client is not None:
+                client.set_reconnect(self.reconnect(args))
+            _say(f"subscribed to {what} as {who} on {self.where(args)}; Ctrl-C to stop")
             for line in lines:
                 if line is not None:
                     sys.stdout.write(line + "\n")
@@ -479,3 +497,9 @@ class ClientCommand:
         except KeyboardInterrupt:
             return 0
         return 0  # the stream only ends by raising
+
+
+def _say(line: str) -> None:
+    """A line on stderr, at once."""
+    sys.stderr.write(f"msgbroker: {line}\n")
+    sys.stderr.flush()

@@ -1,8 +1,8 @@
 """The Twisted half of every client: :class:`SessionDriver` runs a sans-IO
 :class:`~msgbroker.clientkit.session.ClientSession` on a Twisted transport, and the rest is
 how connections are made: :class:`ClientFactory`, :func:`client_endpoint` (TCP, or TLS
-through :class:`~msgbroker.clientkit.tls.TLSClientEndpoint`), :func:`connect_client` and
-:class:`ReconnectingClient`.
+through :class:`~msgbroker.clientkit.tls.TLSClientEndpoint`), :func:`connect_client`, and
+(from :mod:`.reconnecting`) :class:`~.reconnecting.ReconnectingClient`.
 
 Nothing here imports the global reactor: a driver's ``clock`` and the ``reactor`` given to
 the helpers are used; only a driver built without a clock falls back to the global reactor,
@@ -19,10 +19,9 @@ gets the session's other events (deliveries) and hands them to the application t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from twisted.application.internet import ClientService
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.interfaces import IStreamClientEndpoint
@@ -30,6 +29,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from .reconnect import Replay
+from .reconnecting import ReconnectingClient
 from .session import Answered, ClientSession, ConnectionClosed, Ended, Failed
 from .tls import TLSClientEndpoint, client_tls_options
 
@@ -59,6 +60,9 @@ class SessionDriver:
     log: ClassVar[Logger] = Logger(namespace="msgbroker.clientkit")
     #: how the log names this client, e.g. "SSMP client"
     client_name: ClassVar[str] = "client"
+    #: whether the protocol opens with an exchange (a version check, a handshake) that
+    #: ends with :meth:`_ready`; without one the client is ready once the transport opens
+    opening_exchange: ClassVar[bool] = False
 
     def __init__(self, session: ClientSession, clock: Any = None) -> None:
         super().__init__()
@@ -139,6 +143,25 @@ class SessionDriver:
         self._run(self.session.events())
         return d
 
+    def _replay(self, items: Sequence[Replay]) -> defer.Deferred[None]:
+        """Ask each of ``items`` (what a lost session had set up) of the session, at once;
+        fires once every answer came, fails with the first failure."""
+        if self._lost or self.session.ended:
+            return defer.fail(self.session.pending_error())
+        waits: list[defer.Deferred[Any]] = []
+        try:
+            for item in items:
+                token = item.ask(self.session, self._now())
+                if token is not None:
+                    d: defer.Deferred[Any] = defer.Deferred()
+                    self._pending[token] = d
+                    waits.append(d)
+        except Exception as e:
+            return defer.fail(e)
+        self._run(self.session.events())
+        gathered = defer.gatherResults(waits, consumeErrors=True)
+        return gathered.addCallbacks(lambda _: None, _first_failure)
+
     def _write_now(self, write: Callable[[], object]) -> None:
         """``write()`` makes the session write something that gets no answer; send it."""
         if self._lost:
@@ -189,6 +212,8 @@ class SessionDriver:
     def _transport_opened(self) -> None:
         self._opened = True
         self._run(self.session.start(self._now()))
+        if not self.opening_exchange and not self._lost and not self.session.ended:
+            self._ready()
 
     def _transport_data(self, unit: Any) -> None:
         if self._lost:
@@ -356,47 +381,9 @@ def connect_client(
     return proto
 
 
-class ReconnectingClient:
-    """One connection kept up: connects ``factory``'s protocol through ``endpoint`` (see
-    :func:`client_endpoint`), runs ``prepare(proto)`` on each new connection (log in,
-    subscribe again), and when the connection is lost connects again after ``retry(n)``
-    seconds for the n-th failed attempt (default: Twisted's jittered exponential backoff).
-    On Twisted's ``ClientService``; timers run on ``reactor``.
-
-    ::
-
-        client = ReconnectingClient(reactor, endpoint, SSMPClientFactory(clock=reactor),
-                                    prepare=lambda proto: proto.login("alice"))
-        client.start()
-        proto = yield client.when_connected()
-    """
-
-    def __init__(
-        self,
-        reactor: Any,
-        endpoint: Any,
-        factory: Any,
-        prepare: Callable[[Any], Any] | None = None,
-        *,
-        retry: Callable[[int], float] | None = None,
-    ) -> None:
-        self.service = ClientService(
-            endpoint, factory, retryPolicy=retry, clock=reactor, prepareConnection=prepare
-        )
-
-    def start(self) -> None:
-        self.service.startService()
-
-    def stop(self) -> defer.Deferred[None]:
-        """Stop reconnecting and close the connection; fires when it is closed."""
-        return defer.ensureDeferred(_stopped(self.service))
-
-    def when_connected(self, fail_after_failures: int | None = None) -> defer.Deferred[Any]:
-        """The connected, prepared protocol — now, or once there is one (fails after that
-        many failed attempts, if given, or when stopped)."""
-        d: defer.Deferred[Any] = self.service.whenConnected(failAfterFailures=fail_after_failures)
-        return d
-
-
-async def _stopped(service: ClientService) -> None:
-    await service.stopService()
+def _first_failure(failure: Failure) -> Failure:
+    error = failure.value
+    if isinstance(error, defer.FirstError):
+        first: Failure = error.subFailure
+        return first
+    return failure

@@ -26,6 +26,8 @@ from attrs import frozen
 
 from msgbroker.errors import RemoteProtocolError
 
+from .reconnect import Replay
+
 __all__ = [
     "Answered",
     "ClientSession",
@@ -222,6 +224,14 @@ class ClientSession:
         """Raise :meth:`closed` once the session is over."""
         if self.error is not None:
             raise self.closed()
+
+    def replay(self) -> list[Replay]:
+        """The session's restorable state, as the requests that put it back on a new
+        session of the protocol (:mod:`msgbroker.clientkit.reconnect`): the login first
+        (``login=True``), then every subscription in force, in the order they were made.
+        A protocol records them as the server accepts them (or, with no replies, as they
+        are written). Default: nothing to restore."""
+        return []
 
     # -- for subclasses ----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ upgrade) and carries a session's units, ``(is_binary, payload)`` messages; :func
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import socket
@@ -208,12 +209,14 @@ class WebSocketChannel(StreamChannel):
         messages: list[Any] = []
         for what, payload in self._reader.feed(data):
             if what == "ping":
-                self.sock.sendall(ws_frame(_OP_PONG, payload))
+                with contextlib.suppress(OSError):  # gone: the next read says so
+                    self.sock.sendall(ws_frame(_OP_PONG, payload))
             elif what == "close":
                 self.peer_closed = True
                 if not self._sent_close:
                     self._sent_close = True
-                    self.sock.sendall(ws_frame(_OP_CLOSE, payload[:2]))
+                    with contextlib.suppress(OSError):  # a server that did not wait for it
+                        self.sock.sendall(ws_frame(_OP_CLOSE, payload[:2]))
                 break
             else:
                 messages.append((what, payload))

@@ -187,6 +187,7 @@ class MM2Command(kit.ClientCommand):
                 args,
                 lambda: self._subscribe(client, args, early),
                 (render_message(m) for m in itertools.chain(early, client.messages())),
+                client,
             )
         for payload in kit.message_lines(args.message, sys.stdin.buffer):
             client.publish(args.destination, payload, args.properties or None)

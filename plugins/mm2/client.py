@@ -53,6 +53,8 @@ from msgbroker.clientkit.protocol import (
     client_endpoint,
     connect_client,
 )
+from msgbroker.clientkit.reconnect import Reconnect
+from msgbroker.clientkit.reconnecting import ReconnectingClient, connect_reconnecting
 from msgbroker.clientkit.tls import client_tls_options
 
 from .blocking import BlockingMM2Client
@@ -91,6 +93,8 @@ __all__ = [
     "MM2ServerError",
     "MM2Timeout",
     "Message",
+    "Reconnect",
+    "ReconnectingMM2Client",
     "client_tls_options",
     "connect",
 ]
@@ -120,6 +124,7 @@ class MM2ClientProtocol(MM2Commands, StreamClientProtocol):
 
     log = Logger(namespace="msgbroker.mm2.client")
     client_name = "MM2 client"
+    opening_exchange = True
     session: ClientSession
 
     def __init__(
@@ -313,6 +318,26 @@ class MM2ClientProtocol(MM2Commands, StreamClientProtocol):
             call.cancel()
 
 
+class ReconnectingMM2Client(MM2Commands, ReconnectingClient):
+    """The Micromessage2 commands and publishes on the connection a
+    :class:`~msgbroker.clientkit.reconnecting.ReconnectingClient` keeps up: the handshake
+    and the subscriptions (queue groups and filters included) are made again after each
+    reconnection (what ``connect(..., reconnect=...)`` gives). While reconnecting, a
+    publish fails at once with :class:`MM2ConnectionClosed` and a command raises it, as do
+    the ones queued or in flight when the connection drops (never sent again). Messages
+    are acknowledged as :class:`MM2ClientProtocol` does with ``auto_ack`` (the default);
+    ``close()`` stops it."""
+
+    def when_acked(self) -> defer.Deferred[None]:
+        return self._forward_deferred(lambda proto: proto.when_acked())
+
+    def _command(self, write: Callable[[], object]) -> None:
+        self._forward(lambda proto: proto._command(write))
+
+    def _publish(self, message: tuple[Any, ...], timeout: float | None) -> defer.Deferred[int]:
+        return self._forward_deferred(lambda proto: proto._publish(message, timeout))
+
+
 class MM2ClientFactory(ClientFactory):
     """Builds :class:`MM2ClientProtocol` (or ``protocol_class``) with the given options."""
 
@@ -328,9 +353,13 @@ def connect(
     tls: Any = None,
     protocol_class: Any = None,
     connect_timeout: float = 30.0,
+    reconnect: Reconnect | bool | None = None,
     **options: Any,
 ) -> defer.Deferred[Any]:
-    """Connect and complete the handshake; a Deferred of the ready protocol.
+    """Connect and complete the handshake; a Deferred of the ready protocol — or, with
+    ``reconnect`` (True, or a :class:`~msgbroker.clientkit.reconnect.Reconnect`), of a
+    :class:`ReconnectingMM2Client` that connects and subscribes again after each loss,
+    with backoff.
 
     ``endpoint_or_host`` is a host name or address (with ``port``, default 4447) or any
     ``IStreamClientEndpoint``. ``tls`` is ``None`` for plain TCP, ``True`` to verify the
@@ -338,10 +367,18 @@ def connect(
     :func:`client_tls_options`. ``options`` go to :class:`MM2ClientProtocol` (``required``,
     ``optional``, ``supported``, ``on_message``, ``timeout``, ...); its clock is
     ``reactor``. A refused handshake fails with :class:`MM2HandshakeRefused` or
-    :class:`MM2ServerError`, and the connection is closed.
+    :class:`MM2ServerError`, and the connection is closed. With ``reconnect``,
+    ``auto_ack=False`` is a ValueError.
     """
     where = DEFAULT_PORT if port is None else port
     endpoint = client_endpoint(reactor, endpoint_or_host, where, tls=tls, timeout=connect_timeout)
     options.setdefault("clock", reactor)
+    if reconnect and not options.get("auto_ack", True):
+        # which connection delivered a message, and so which one owes its ack, is gone
+        raise ValueError("a reconnecting MM2 client acknowledges messages itself (auto_ack)")
     factory = MM2ClientFactory(protocol_class, identity=identity, **options)
+    if reconnect:
+        return connect_reconnecting(
+            reactor, endpoint, factory, None, reconnect, ReconnectingMM2Client, connect_timeout
+        )
     return connect_client(endpoint, factory, lambda proto: proto.when_ready())

@@ -33,6 +33,7 @@ from typing import Any
 
 from attrs import evolve, frozen
 
+from msgbroker.clientkit.reconnect import Replay
 from msgbroker.clientkit.session import ClientSession as KitSession
 from msgbroker.clientkit.session import Ended
 from msgbroker.errors import RemoteProtocolError
@@ -208,6 +209,9 @@ class ClientSession(KitSession):
         self._type_received: str | None = None
         # received messages not yet acknowledged, in order: [seq, handled]
         self._owed: deque[list[Any]] = deque()
+        # destination: (queue, filters), as written, in the order made
+        self._subscriptions: dict[str, tuple[str | None, tuple[Filter | str, ...]]] = {}
+        self._syncs: deque[tuple[int, bytes]] = deque()  # (token, payload) of sync()s
 
     # -- state -----------------------------------------------------------------------------
 
@@ -329,7 +333,7 @@ class ClientSession(KitSession):
     def _frame(self, frame: Any) -> None:
         if isinstance(frame, MessageFrame):
             whole = self._reassembler.feed(frame)
-            if whole is not None:
+            if whole is not None and not self._synced(whole):
                 self._emit(self._message(whole))
         elif isinstance(frame, ExtensionFrame):
             self._extension(frame)
@@ -337,6 +341,19 @@ class ClientSession(KitSession):
             self._end(common.MM2ServerError(frame.text), abort=False)
         # a COMMAND from the server means nothing to a client (no extension defines one
         # that way) and gets no reply (DECISIONS.md): ignored
+
+    def _synced(self, frame: MessageFrame) -> bool:
+        """Whether ``frame`` is the oldest :meth:`sync`'s message back (answered, acked)."""
+        if not self._syncs or frame.properties:
+            return False
+        token, payload = self._syncs[0]
+        if frame.destination != f"@{self.hello.identity}" or frame.payload != payload:
+            return False
+        self._syncs.popleft()
+        if self._ack_out is not None:
+            self._owed.append([frame.seq, True])
+        self._answer(token)
+        return True
 
     def _message(self, frame: MessageFrame) -> Message:
         value = decode_json(frame.payload) if self._json else None
@@ -409,11 +426,41 @@ class ClientSession(KitSession):
     def subscribe(
         self, destination: str, queue: str | None = None, filters: Iterable[Filter | str] = ()
     ) -> None:
-        """Write a ``subscribe`` command (no reply comes: DECISIONS.md)."""
+        """Write a ``subscribe`` command (no reply comes: DECISIONS.md); it replaces one
+        to the same destination."""
+        filters = tuple(filters)
         self._pubsub(encode_pubsub(subscription(destination, queue, filters)))
+        self._subscriptions.pop(destination, None)
+        self._subscriptions[destination] = queue, filters
 
     def unsubscribe(self, destination: str) -> None:
         self._pubsub(encode_pubsub(Unsubscribe(destination)))
+        self._subscriptions.pop(destination, None)
+
+    def sync(self) -> int:
+        """A barrier: an empty message (``null`` with ``json``) to this client's own
+        identity, answered (never emitted) when it is back: the broker has handled what was
+        written before. MM2Error without an identity; RuntimeError with the window full."""
+        self._check_ready()
+        identity = self.hello.identity
+        if not identity:
+            raise common.MM2Error("sync needs an identity to send itself a message")
+        payload = b"null" if self._json else b""
+        self.send(self.prepare(f"@{identity}", payload))
+        token = self._token()
+        self._syncs.append((token, payload))
+        return token
+
+    def replay(self) -> list[Replay]:
+        """The subscriptions written, then a :meth:`sync` (in force once it is answered);
+        the login is the handshake, which a new session makes."""
+        items = [
+            Replay(f"subscribe {destination}", _subscribe(destination, queue, filters))
+            for destination, (queue, filters) in self._subscriptions.items()
+        ]
+        if items and self.hello.identity:
+            items.append(Replay("sync", lambda session, now: session.sync()))
+        return items
 
     def _pubsub(self, command: Command) -> None:
         self._check_ready()
@@ -479,3 +526,7 @@ class ClientSession(KitSession):
         self.check_open()
         if self.state == "handshake":
             raise common.MM2Error("the handshake is not complete")
+
+
+def _subscribe(destination: str, queue: str | None, filters: tuple[Filter | str, ...]) -> Any:
+    return lambda session, now: session.subscribe(destination, queue, filters)

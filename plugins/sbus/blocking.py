@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from msgbroker.clientkit import blocking as kit
+from msgbroker.clientkit.reconnect import Reconnect
 
 from . import codec
 from .addresses import SeqpacketAddress, default_path, parse_address
@@ -84,6 +85,10 @@ class BlockingSbusClient(SbusVerbs, kit.BlockingClient):
     Sending never waits for an answer (sbus has none). Packets received while
     :meth:`whoami` waits are kept for :meth:`receive`. Anything from the broker outside the
     protocol closes the connection and raises :class:`SbusConnectionClosed`.
+
+    ``reconnect`` (True, or a :class:`~msgbroker.clientkit.reconnect.Reconnect`): a lost
+    connection is opened again, with the same patterns and echo and flood choices, by the
+    next call (see :mod:`msgbroker.clientkit.blocking`; not for a ``/dev/fd/N`` socket).
     """
 
     peer = "broker"
@@ -95,19 +100,30 @@ class BlockingSbusClient(SbusVerbs, kit.BlockingClient):
         *,
         timeout: float | None = TIMEOUT,
         max_packet: int = codec.DEFAULT_MAX_PACKET,
+        reconnect: Reconnect | bool | None = None,
     ) -> None:
         self.address = as_address(address)
         self._packets: deque[Publish | ControlMessage] = deque()
         sock = _connect(self.address, timeout)
         channel = kit.PacketChannel(sock, max_packet)
-        super().__init__(SbusClientSession(max_packet), channel, timeout=timeout)
+        super().__init__(
+            SbusClientSession(max_packet), channel, timeout=timeout, reconnect=reconnect
+        )
+        self._opened()
+
+    def _reopen(self) -> tuple[SbusClientSession, kit.StreamChannel]:
+        if self.address.fd is not None:
+            raise RuntimeError(f"{self.address}: an inherited socket cannot be opened again")
+        max_packet = self.session.max_packet
+        channel = kit.PacketChannel(_connect(self.address, self.timeout), max_packet)
+        return SbusClientSession(max_packet), channel
 
     # -- sending -----------------------------------------------------------------------------
 
     def _perform(self, ask: Callable[[], int]) -> Any:
         """A round trip (whoami, login): TimeoutError (and the connection closed) when the
         reply does not come within ``timeout``."""
-        return self._wait(ask(), self.timeout, "answer")
+        return self._ask(ask, self.timeout, "answer")
 
     def sync(self) -> None:
         """Return once the broker handled everything sent before (a :meth:`whoami` round
@@ -134,6 +150,7 @@ class BlockingSbusClient(SbusVerbs, kit.BlockingClient):
     # -- plumbing ----------------------------------------------------------------------------
 
     def _send(self, packet: codec.Packet) -> None:
+        self._usable()
         self.session.send(packet)
         self._sent()
 

@@ -92,6 +92,8 @@ class SbusCommand(kit.ClientCommand):
                 lambda: self._subscribe(client, args),
                 (render_message(p) if isinstance(p, Publish) else None  # control: not shown
                  for p in client.messages()),
+                # an inherited socket (/dev/fd/N) cannot be opened again: its loss ends sub
+                client if client.address.fd is None else None,
             )  # fmt: skip
         if args.action == "pub":
             for payload in kit.message_lines(args.message, sys.stdin.buffer):

@@ -32,7 +32,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from msgbroker.clientkit.blocking import adopt_socket
-from msgbroker.clientkit.protocol import StreamClientProtocol
+from msgbroker.clientkit.protocol import ClientFactory, StreamClientProtocol
+from msgbroker.clientkit.reconnect import Reconnect
+from msgbroker.clientkit.reconnecting import ReconnectingClient, connect_reconnecting
 
 from . import codec, seqpacket
 from .blocking import (
@@ -54,9 +56,12 @@ __all__ = [
     "BlockingSbusClient",
     "ControlMessage",
     "Publish",
+    "Reconnect",
+    "ReconnectingSbusClient",
     "SbusClient",
     "SbusClientSession",
     "SbusConnectionClosed",
+    "SbusEndpoint",
     "SbusLoginRefused",
     "connect",
     "default_address",
@@ -129,18 +134,86 @@ class SbusClient(SbusVerbs, StreamClientProtocol):
         self._abort(SbusConnectionClosed(reason))
 
 
+class ReconnectingSbusClient(SbusVerbs, ReconnectingClient):
+    """The sbus verbs on the connection a
+    :class:`~msgbroker.clientkit.reconnecting.ReconnectingClient` keeps up: the patterns
+    and the echo and flood choices are sent again after each reconnection (what
+    ``connect(..., reconnect=...)`` gives). While reconnecting, sending raises
+    :class:`SbusConnectionClosed` and :meth:`whoami` fails with it (nothing is queued,
+    nothing sent again); ``close()`` stops it."""
+
+    def sync(self) -> defer.Deferred[None]:
+        """:meth:`SbusClient.sync` on the live connection."""
+        return self.whoami().addCallback(lambda _: None)
+
+    def _send(self, packet: codec.Packet) -> None:
+        self._forward(lambda proto: proto._send(packet))
+
+    def _perform(self, ask: Callable[[], int]) -> defer.Deferred[bytes]:
+        return self._forward_deferred(lambda proto: proto._perform(ask))
+
+
+class SbusEndpoint:
+    """Where to connect to the bus at ``address``, as a Twisted client endpoint:
+    :meth:`connect` builds the factory's protocol on a seqpacket connection. It fails with
+    the ``OSError`` of the connect (``FileNotFoundError``, ``ConnectionRefusedError``, ...),
+    or ``TimeoutError`` when the broker's accept queue stays full for ``timeout`` seconds."""
+
+    def __init__(self, reactor: Any, address: SeqpacketAddress, timeout: float = TIMEOUT):
+        self.reactor = reactor
+        self.address = address
+        self.timeout = timeout
+
+    def connect(self, factory: Any) -> defer.Deferred[Any]:
+        reactor, where, timeout = self.reactor, self.address, self.timeout
+        done: defer.Deferred[Any] = defer.Deferred()
+        deadline = reactor.seconds() + timeout
+
+        def attempt() -> None:
+            try:
+                sock = _connect_nonblocking(where)
+            except BlockingIOError:
+                # AF_UNIX connects at once, or says EAGAIN while the accept queue is full
+                if reactor.seconds() >= deadline:
+                    text = f"{where}: the broker accepted nobody for {timeout:g} s"
+                    done.errback(TimeoutError(text))
+                else:
+                    reactor.callLater(_RETRY, attempt)
+                return
+            except OSError as e:
+                done.errback(e)
+                return
+            proto = factory.buildProtocol(None)
+            transport = SeqpacketConnection(
+                sock, proto, reactor, max_packet=proto.max_packet, address=str(where)
+            )
+            # like a Twisted TCP transport, keep what the socket cannot take yet, unbounded:
+            # this side has no publisher to pause and nobody to disconnect
+            transport.outbox.policy.hard = "block"
+            proto.makeConnection(transport)
+            transport.startReading()
+            done.callback(proto)
+
+        attempt()
+        return done
+
+
 def connect(
     reactor: Any,
     address: SeqpacketAddress | str | None = None,
     *,
     timeout: float = TIMEOUT,
     protocol_class: type[SbusClient] = SbusClient,
+    reconnect: Reconnect | bool | None = None,
     **options: Any,
-) -> defer.Deferred[SbusClient]:
+) -> defer.Deferred[Any]:
     """Connect to the bus at ``address`` (a socket path, ``@name``,
     ``/dev/unix/abstract/HEX``, ``/dev/fd/N``; None: :func:`default_address`); a Deferred
     of the connected :class:`SbusClient` (or ``protocol_class``), built with ``options``
-    (``on_message``, ``on_control``, ``max_packet``).
+    (``on_message``, ``on_control``, ``max_packet``) — or, with ``reconnect`` (True, or a
+    :class:`~msgbroker.clientkit.reconnect.Reconnect`), of a
+    :class:`ReconnectingSbusClient` that connects and subscribes again after each loss,
+    with backoff (not for ``/dev/fd/N``, a socket that cannot be opened again).
 
     Fails with the ``OSError`` of the connect (``FileNotFoundError``,
     ``ConnectionRefusedError``, ...), or ``TimeoutError`` when the broker's accept queue
@@ -151,35 +224,15 @@ def connect(
     except ValueError as e:
         return defer.fail(e)
     options.setdefault("clock", reactor)
-    done: defer.Deferred[SbusClient] = defer.Deferred()
-    deadline = reactor.seconds() + timeout
-
-    def attempt() -> None:
-        try:
-            sock = _connect_nonblocking(where)
-        except BlockingIOError:
-            # AF_UNIX connects at once, or says EAGAIN while the accept queue is full
-            if reactor.seconds() >= deadline:
-                done.errback(TimeoutError(f"{where}: the broker accepted nobody for {timeout:g} s"))
-            else:
-                reactor.callLater(_RETRY, attempt)
-            return
-        except OSError as e:
-            done.errback(e)
-            return
-        proto = protocol_class(**options)
-        transport = SeqpacketConnection(
-            sock, proto, reactor, max_packet=proto.max_packet, address=str(where)
-        )
-        # like a Twisted TCP transport, keep what the socket cannot take yet, unbounded:
-        # this side has no publisher to pause and nobody to disconnect
-        transport.outbox.policy.hard = "block"
-        proto.makeConnection(transport)
-        transport.startReading()
-        done.callback(proto)
-
-    attempt()
-    return done
+    endpoint = SbusEndpoint(reactor, where, timeout)
+    factory = ClientFactory(protocol_class, **options)
+    if not reconnect:
+        return endpoint.connect(factory)
+    if where.fd is not None:
+        return defer.fail(ValueError(f"{where}: an inherited socket cannot be reconnected"))
+    return connect_reconnecting(
+        reactor, endpoint, factory, None, reconnect, ReconnectingSbusClient, timeout
+    )
 
 
 def _connect_nonblocking(address: SeqpacketAddress) -> socket.socket:

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from msgbroker.clientkit.reconnect import Replay
 from msgbroker.clientkit.session import ClientSession, ConnectionClosed, SessionAttribute
 from msgbroker.errors import RemoteProtocolError
 
@@ -74,13 +75,46 @@ class SbusClientSession(ClientSession):
         super().__init__()
         self.max_packet = max_packet
         self._whoami: deque[int] = deque()  # tokens of the whoami requests not answered yet
-        self._logins: deque[int] = deque()  # tokens of the logins not answered yet
+        # tokens of the logins not answered yet, with what each asked
+        self._logins: deque[tuple[int, tuple[str, str, bytes | None]]] = deque()
+        self._login: tuple[str, str, bytes | None] | None = None  # the accepted login
+        self._patterns: list[bytes] = []  # subscribed, in order (the broker counts copies)
+        self._controls: dict[bytes, bytes] = {}  # the echo and flood choices, by group
 
     def send(self, packet: codec.Packet) -> None:
         """Write ``packet``; ValueError (before anything is sent) for a NUL in a key."""
         data = codec.encode_packet(packet)
         self.check_open()
         self._send(data)
+        if isinstance(packet, codec.Subscribe):
+            self._patterns.append(packet.pattern)
+        elif isinstance(packet, codec.Unsubscribe):
+            if packet.pattern in self._patterns:
+                self._patterns.remove(packet.pattern)
+        elif isinstance(packet, ControlMessage) and _choice(packet.key):
+            self._controls[packet.key.rpartition(b"/")[0]] = packet.key
+
+    def replay(self) -> list[Replay]:
+        """The accepted login (ours: :meth:`login`), the echo and flood-control choices, the
+        patterns subscribed to, then a :meth:`whoami` (answered once the broker has them
+        all)."""
+        items = [
+            Replay(f"control {key.decode('ascii')}", _sending(ControlMessage(key)))
+            for key in self._controls.values()
+        ]
+        items += [
+            Replay(f"subscribe {pattern.decode('utf-8', 'backslashreplace')}",
+                   _sending(codec.Subscribe(pattern)))
+            for pattern in self._patterns
+        ]  # fmt: skip
+        if items:
+            items.append(Replay("whoami", lambda session, now: session.whoami()))
+        if self._login is not None:
+            login = self._login
+            items.insert(
+                0, Replay(f"login {login[0]}", lambda session, now: session.login(*login), True)
+            )
+        return items
 
     def whoami(self) -> int:
         """``CMSG !/cred/whoami``, answered with this client's credentials as the broker
@@ -98,7 +132,7 @@ class SbusClientSession(ClientSession):
         packet = codec.login_request(identity, scheme, credential)  # ValueError first
         self.check_open()
         token = self._token()
-        self._logins.append(token)
+        self._logins.append((token, (identity, scheme, credential)))
         self._send(codec.encode_packet(packet))
         return token
 
@@ -107,9 +141,10 @@ class SbusClientSession(ClientSession):
         if isinstance(packet, ControlMessage) and packet.key == codec.WHOAMI and self._whoami:
             self._answer(self._whoami.popleft(), packet.payload)
         elif isinstance(packet, ControlMessage) and packet.key == codec.LOGIN and self._logins:
-            token = self._logins.popleft()
+            token, asked = self._logins.popleft()
             answer, _, identity = packet.payload.partition(b"\0")
             if answer == codec.LOGIN_OK:
+                self._login = asked
                 self._answer(token, identity.decode("utf-8", "replace"))
             else:
                 self._fail(token, SbusLoginRefused("login refused"))
@@ -118,6 +153,15 @@ class SbusClientSession(ClientSession):
 
     def _protocol_error(self, error: RemoteProtocolError) -> None:
         self._end(SbusConnectionClosed(f"protocol error from the broker: {error}"))
+
+
+def _choice(key: bytes) -> bool:
+    """Whether ``key`` is a control message that sets something for the connection."""
+    return key in (codec.ECHO_ON, codec.ECHO_OFF) or key in codec.FLOOD_CONTROL
+
+
+def _sending(packet: codec.Packet) -> Callable[[SbusClientSession, float], None]:
+    return lambda session, now: session.send(packet)
 
 
 class SbusVerbs:
@@ -139,7 +183,8 @@ class SbusVerbs:
         """This client's credentials as the broker sees them, ``b"!/cred/GID/UID/PID"``
         (longer through a relay); :class:`SbusConnectionClosed` if the connection ends
         first."""
-        return self._perform(self.session.whoami)
+        # the session asked at the time: after a reconnection it is another one
+        return self._perform(lambda: self.session.whoami())  # noqa: PLW0108
 
     def login(self, identity: str, scheme: str, credential: bytes | None = None) -> Any:
         """Log in as ``identity`` (ours: sbus has no login): the identity the broker

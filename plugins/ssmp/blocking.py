@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from msgbroker.clientkit.blocking import BlockingClient, StreamChannel, open_tcp
+from msgbroker.clientkit.reconnect import Reconnect
 
 from .client_session import DEFAULT_PORT, KEEPALIVE, SSMPClientSession, SSMPError, SSMPRequests
 from .codec import Delivery, Presence
@@ -28,6 +29,10 @@ class BlockingSSMPClient(SSMPRequests, BlockingClient):
     unanswered after ``timeout`` seconds raises ``TimeoutError`` and closes the connection
     (a late reply would otherwise be taken for the next request's). The server's ``PING``
     is answered, and the keepalive ``PING`` sent, whenever the client reads.
+
+    ``reconnect`` (True, or a :class:`~msgbroker.clientkit.reconnect.Reconnect`): a lost
+    connection is opened again, logged in and subscribed again, by the next call (see
+    :mod:`msgbroker.clientkit.blocking`).
     """
 
     peer = "broker"
@@ -45,24 +50,37 @@ class BlockingSSMPClient(SSMPRequests, BlockingClient):
         server_hostname: str | None = None,
         timeout: float = 10.0,
         keepalive: float | None = KEEPALIVE,
+        reconnect: Reconnect | bool | None = None,
     ) -> None:
         self.identity = identity
         self._events: deque[Delivery | Presence] = deque()
-        sock = open_tcp(
-            host, port, timeout=timeout, ssl_context=ssl_context, server_hostname=server_hostname
-        )
-        super().__init__(SSMPClientSession(keepalive), StreamChannel(sock), timeout=timeout)
+        self._address = host, port, ssl_context, server_hostname
+        self.timeout = timeout
+        session, channel = self._connect(keepalive)
+        super().__init__(session, channel, timeout=timeout, reconnect=reconnect)
         try:
             self._perform(lambda: self.session.login(identity, scheme, credential))
         except BaseException:
             self._shut()
             raise
+        self._opened()
+
+    def _connect(self, keepalive: float | None) -> tuple[SSMPClientSession, StreamChannel]:
+        host, port, context, server_hostname = self._address
+        sock = open_tcp(
+            host, port, timeout=self.timeout, ssl_context=context, server_hostname=server_hostname
+        )
+        return SSMPClientSession(keepalive), StreamChannel(sock)
+
+    def _reopen(self) -> tuple[SSMPClientSession, StreamChannel]:
+        return self._connect(self.session.keepalive)
 
     # -- requests (subscribe, unsubscribe, mcast, ucast, bcast: SSMPRequests') -----------------
 
     def ping(self) -> None:
         """Send ``PING`` and wait for the ``PONG`` event."""
-        self._wait(self.session.ping(), self.timeout, "PONG")
+        # the session asked at the time: after a reconnection it is another one
+        self._ask(lambda: self.session.ping(), self.timeout, "PONG")  # noqa: PLW0108
 
     def close(self) -> None:
         """Send ``CLOSE``, wait (up to ``timeout``) for the ``200``, close the socket.
@@ -85,7 +103,7 @@ class BlockingSSMPClient(SSMPRequests, BlockingClient):
     # -- plumbing ----------------------------------------------------------------------------
 
     def _perform(self, ask: Callable[[], int]) -> None:
-        self._wait(ask(), self.timeout)
+        self._ask(ask, self.timeout)
 
     def _event(self, event: Delivery | Presence) -> None:
         self._events.append(event)

@@ -37,6 +37,8 @@ from msgbroker.clientkit.protocol import (
     client_endpoint,
     connect_client,
 )
+from msgbroker.clientkit.reconnect import Reconnect
+from msgbroker.clientkit.reconnecting import ReconnectingClient, connect_reconnecting
 from msgbroker.clientkit.session import SessionAttribute
 from msgbroker.clientkit.tls import client_tls_options
 
@@ -55,6 +57,8 @@ __all__ = [
     "BlockingSSMPClient",
     "Delivery",
     "Presence",
+    "Reconnect",
+    "ReconnectingSSMPClient",
     "SSMPClientFactory",
     "SSMPClientProtocol",
     "SSMPClientSession",
@@ -131,6 +135,23 @@ class SSMPClientProtocol(SSMPRequests, StreamClientProtocol):
             self._deliver(self.on_presence, event)
 
 
+class ReconnectingSSMPClient(SSMPRequests, ReconnectingClient):
+    """The SSMP requests on the connection a
+    :class:`~msgbroker.clientkit.reconnecting.ReconnectingClient` keeps up, logged in and
+    subscribed again after each reconnection (what ``connect(..., reconnect=...)`` gives).
+    Requests go to the live connection and fire as :class:`SSMPClientProtocol`'s do; while
+    reconnecting they fail at once with :class:`SSMPConnectionClosed`, as do the ones in
+    flight when the connection drops (never sent again). ``close()`` stops it."""
+
+    identity = SessionAttribute("the identity logged in as")
+
+    def ping(self) -> defer.Deferred[None]:
+        return self._forward_deferred(lambda proto: proto.ping())
+
+    def _perform(self, ask: Callable[[], int]) -> defer.Deferred[None]:
+        return self._forward_deferred(lambda proto: proto._perform(ask))
+
+
 class SSMPClientFactory(ClientFactory):
     """Builds :class:`SSMPClientProtocol` (or ``protocol_class``) with the given options."""
 
@@ -148,9 +169,13 @@ def connect(
     tls: Any = None,
     protocol_class: type[SSMPClientProtocol] = SSMPClientProtocol,
     timeout: float = 30.0,
+    reconnect: Reconnect | bool | None = None,
     **options: Any,
 ) -> defer.Deferred[Any]:
-    """Connect and log in; a Deferred of the logged-in protocol.
+    """Connect and log in; a Deferred of the logged-in protocol — or, with ``reconnect``
+    (True, or a :class:`~msgbroker.clientkit.reconnect.Reconnect`), of a
+    :class:`ReconnectingSSMPClient` that connects, logs in and subscribes again after each
+    loss, with backoff.
 
     ``endpoint_or_host`` is a host name or address (with ``port``), or any
     ``IStreamClientEndpoint``. ``tls`` is ``None`` for plain TCP, ``True`` to verify the
@@ -162,6 +187,12 @@ def connect(
     endpoint = client_endpoint(reactor, endpoint_or_host, port, tls=tls, timeout=timeout)
     options.setdefault("clock", reactor)
     factory = SSMPClientFactory(protocol_class, **options)
-    return connect_client(
-        endpoint, factory, lambda proto: proto.login(identity, scheme, credential)
-    )
+
+    def login(proto: SSMPClientProtocol) -> defer.Deferred[None]:
+        return proto.login(identity, scheme, credential)
+
+    if reconnect:
+        return connect_reconnecting(
+            reactor, endpoint, factory, login, reconnect, ReconnectingSSMPClient, timeout
+        )
+    return connect_client(endpoint, factory, login)

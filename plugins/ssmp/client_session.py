@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from msgbroker.clientkit.reconnect import Replay
 from msgbroker.clientkit.session import ClientSession, ConnectionClosed, SessionAttribute
 from msgbroker.errors import RemoteProtocolError
 
@@ -75,7 +76,10 @@ class SSMPClientSession(ClientSession):
         #: when the keepalive PING went out, while its PONG is awaited
         self.pinged_at: float | None = None
         self._decoder = codec.ReplyDecoder()
-        self._replies: deque[tuple[int, str | None]] = deque()  # (token, identity if a login)
+        # (token, what a 200 does to the restorable state)
+        self._replies: deque[tuple[int, Callable[[], object] | None]] = deque()
+        self._login: tuple[str, str, bytes | None] | None = None
+        self._subscriptions: dict[str, bool] = {}  # topic: presence, in the order made
         self._pongs: deque[int | None] = deque()  # tokens of PINGs (None: the keepalive's)
         self._closing = False
         self._last_heard = 0.0
@@ -89,13 +93,23 @@ class SSMPClientSession(ClientSession):
     # -- requests (each returns its token; ValueError for what SSMP cannot carry) -------------
 
     def login(self, identity: str, scheme: str = "open", credential: bytes | None = None) -> int:
-        return self._request(codec.login(identity, scheme, credential), identity)
+        def logged_in() -> None:
+            self.identity = identity
+            self._login = identity, scheme, credential
+
+        return self._request(codec.login(identity, scheme, credential), logged_in)
 
     def subscribe(self, topic: str, presence: bool = False) -> int:
-        return self._request(codec.subscribe(topic, presence))
+        def subscribed() -> None:
+            self._subscriptions.pop(topic, None)
+            self._subscriptions[topic] = presence
+
+        return self._request(codec.subscribe(topic, presence), subscribed)
 
     def unsubscribe(self, topic: str) -> int:
-        return self._request(codec.unsubscribe(topic))
+        return self._request(
+            codec.unsubscribe(topic), lambda: self._subscriptions.pop(topic, None)
+        )
 
     def mcast(self, topic: str, payload: bytes) -> int:
         return self._request(codec.mcast(topic, payload))
@@ -120,12 +134,23 @@ class SSMPClientSession(ClientSession):
         self._closing = True
         return token
 
-    def _request(self, frame: bytes, identity: str | None = None) -> int:
+    def _request(self, frame: bytes, accepted: Callable[[], object] | None = None) -> int:
         self._check_requests()
         token = self._token()
-        self._replies.append((token, identity))
+        self._replies.append((token, accepted))
         self._send(frame)
         return token
+
+    def replay(self) -> list[Replay]:
+        """The login the broker accepted, then the topics subscribed to (with
+        ``presence`` as asked)."""
+        items = []
+        if self._login is not None:
+            login = self._login
+            items.append(Replay(f"login {login[0]}", lambda s, now: s.login(*login), login=True))
+        for topic, presence in self._subscriptions.items():
+            items.append(Replay(f"subscribe {topic}", _subscribe(topic, presence)))
+        return items
 
     def _check_requests(self) -> None:
         if self._closing or self.ended:
@@ -176,12 +201,12 @@ class SSMPClientSession(ClientSession):
         elif isinstance(message, codec.Reply):
             if not self._replies:
                 raise RemoteProtocolError(f"reply {message.code} to no request")
-            token, identity = self._replies.popleft()
+            token, accepted = self._replies.popleft()
             if message.code != 200:
                 self._fail(token, SSMPError(message.code, message.payload))
                 return
-            if identity is not None:
-                self.identity = identity
+            if accepted is not None:
+                accepted()
             self._answer(token)
         elif isinstance(message, codec.ServerPing):
             self.pings_answered += 1
@@ -192,6 +217,10 @@ class SSMPClientSession(ClientSession):
                 waiter = self._pongs.popleft()
                 if waiter is not None:
                     self._answer(waiter)
+
+
+def _subscribe(topic: str, presence: bool) -> Callable[[SSMPClientSession, float], int]:
+    return lambda session, now: session.subscribe(topic, presence)
 
 
 class SSMPRequests:

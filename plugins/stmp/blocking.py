@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from msgbroker.clientkit.blocking import BlockingClient, StreamChannel, open_tcp
+from msgbroker.clientkit.reconnect import Reconnect
 from msgbroker.clientkit.websocket import WebSocketChannel
 
 from . import client_common as common
@@ -42,6 +43,10 @@ class BlockingSTMPClient(STMPRequests, BlockingClient):
     gives up after two intervals without a byte from the server. A program that does not
     read for longer than that should call :meth:`poll` now and then. ``clock`` is where
     the time comes from (``time.monotonic``).
+
+    ``reconnect`` (True, or a :class:`~msgbroker.clientkit.reconnect.Reconnect`): a lost
+    connection is opened again (the version check), logged in and subscribed again by the
+    next call (see :mod:`msgbroker.clientkit.blocking`); ``sleep`` waits between attempts.
     """
 
     peer = "broker"
@@ -65,16 +70,37 @@ class BlockingSTMPClient(STMPRequests, BlockingClient):
         heartbeat: float | None = common.HEARTBEAT,
         max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
         clock: Callable[[], float] = time.monotonic,
+        reconnect: Reconnect | bool | None = None,
+        sleep: Callable[[float], object] = time.sleep,
     ) -> None:
         if port is None:
             port = common.DEFAULT_WS_PORT if ws else common.DEFAULT_PORT
         self._deliveries: deque[Delivery] = deque()
         self._notifies: deque[Notify] = deque()
+        self._address = host, port, ssl_context, server_hostname, ws, path
+        self._settings = binary_frames, max_payload, encoding, timeout, heartbeat
+        self._now = clock
+        session, channel = self._reopen()
+        super().__init__(
+            session, channel, timeout=timeout, clock=clock, reconnect=reconnect, sleep=sleep
+        )
+        try:
+            self._opening()
+            if identity is not None:
+                self.login(identity, scheme, credential)
+        except BaseException:
+            self._shut()
+            raise
+        self._opened()
+
+    def _reopen(self) -> tuple[STMPClientSession, StreamChannel]:
+        host, port, ssl_context, server_hostname, ws, path = self._address
+        binary_frames, max_payload, encoding, timeout, heartbeat = self._settings
         wire: common.BinaryWire | common.WebSocketWire = common.BinaryWire(max_payload)
         if ws:
             wire = common.WebSocketWire(max_payload, binary_frames)
         session = STMPClientSession(wire, encoding=encoding, timeout=timeout, heartbeat=heartbeat)
-        deadline = clock() + timeout
+        deadline = self._now() + timeout
         sock = open_tcp(
             host, port, timeout=timeout, ssl_context=ssl_context, server_hostname=server_hostname
         )
@@ -83,28 +109,26 @@ class BlockingSTMPClient(STMPRequests, BlockingClient):
             if ws:
                 channel = WebSocketChannel(
                     sock, host, port, path, max_message=max_payload + 64, deadline=deadline,
-                    closed_error=common.STMPConnectionClosed, clock=clock,
+                    closed_error=common.STMPConnectionClosed, clock=self._now,
                 )  # fmt: skip
             else:
                 channel = StreamChannel(sock)
         except BaseException:
             sock.close()
             raise
-        super().__init__(session, channel, timeout=timeout, clock=clock)
-        try:
-            self._read_until(lambda: session.ready)
-            if identity is not None:
-                self.login(identity, scheme, credential)
-        except BaseException:
-            self._shut()
-            raise
+        return session, channel
+
+    def _opening(self) -> None:
+        """The version check (the session times it out)."""
+        self._read_until(lambda: self.session.ready)
 
     # -- requests (STMPRequests': each waits for its answer and returns it) ----------------------
 
     def _perform(self, ask: Callable[[float], int]) -> Any:
-        return self._wait(ask(self._now()))
+        return self._ask(lambda: ask(self._now()))
 
     def _perform_write(self, write: Callable[[float], None]) -> None:
+        self._usable()
         write(self._now())
         self._sent()
 

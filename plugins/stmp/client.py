@@ -55,6 +55,8 @@ from msgbroker.clientkit.protocol import (
     client_endpoint,
     connect_client,
 )
+from msgbroker.clientkit.reconnect import Reconnect
+from msgbroker.clientkit.reconnecting import ReconnectingClient, connect_reconnecting
 from msgbroker.clientkit.session import SessionAttribute
 from msgbroker.clientkit.tls import client_tls_options
 from msgbroker.clientkit.twisted_ws import (
@@ -87,6 +89,8 @@ __all__ = [
     "REQUEST_TIMEOUT",
     "BlockingSTMPClient",
     "Delivery",
+    "Reconnect",
+    "ReconnectingSTMPClient",
     "STMPClientBase",
     "STMPClientFactory",
     "STMPClientProtocol",
@@ -114,6 +118,7 @@ class STMPClientBase(STMPRequests, SessionDriver):
 
     log = Logger(namespace="msgbroker.stmp.client")
     client_name = "STMP client"
+    opening_exchange = True
     session: STMPClientSession
 
     def __init__(
@@ -188,6 +193,21 @@ class STMPWebSocketClientProtocol(STMPClientBase, WebSocketClientDriver):  # typ
         self.binary_frames = binary_frames
 
 
+class ReconnectingSTMPClient(STMPRequests, ReconnectingClient):
+    """The STMP requests on the connection a
+    :class:`~msgbroker.clientkit.reconnecting.ReconnectingClient` keeps up (TCP or
+    WebSocket), version-checked, logged in and subscribed again after each reconnection
+    (what ``connect(..., reconnect=...)`` gives). Requests go to the live connection; while
+    reconnecting they fail at once with :class:`STMPConnectionClosed`, as do the ones in
+    flight when the connection drops (never sent again). ``close()`` stops it."""
+
+    def _perform(self, ask: Callable[[float], int]) -> defer.Deferred[Any]:
+        return self._forward_deferred(lambda proto: proto._perform(ask))
+
+    def _perform_write(self, write: Callable[[float], None]) -> None:
+        self._forward(lambda proto: proto._perform_write(write))
+
+
 class STMPClientFactory(ClientFactory):
     """Builds :class:`STMPClientProtocol` (or ``protocol_class``) with the given options."""
 
@@ -224,10 +244,13 @@ def connect(
     credential: bytes | str | None = None,
     protocol_class: Any = None,
     connect_timeout: float = 30.0,
+    reconnect: Reconnect | bool | None = None,
     **options: Any,
 ) -> defer.Deferred[Any]:
     """Connect, pass the version check and (with ``identity``) log in; a Deferred of the
-    ready protocol.
+    ready protocol — or, with ``reconnect`` (True, or a
+    :class:`~msgbroker.clientkit.reconnect.Reconnect`), of a :class:`ReconnectingSTMPClient`
+    that connects, logs in and subscribes again after each loss, with backoff.
 
     ``endpoint_or_host`` is a host name or address (with ``port``, default 4445, or 4446
     with ``ws``), or any ``IStreamClientEndpoint``. ``ws=True`` speaks WebSocket (``path``
@@ -257,4 +280,9 @@ def connect(
             ready.addCallback(lambda _: proto.login(identity, scheme, credential))
         return ready
 
+    if reconnect:
+        return connect_reconnecting(
+            reactor, endpoint, factory, prepare, reconnect, ReconnectingSTMPClient,
+            connect_timeout,
+        )  # fmt: skip
     return connect_client(endpoint, factory, prepare)

@@ -56,6 +56,8 @@ class STMPError(Exception):
         self.status = status
         self.payload = payload
         self.local = local
+        #: a local timeout is worth trying again when reconnecting; a refusal is not
+        self.transient = local
 
     def __str__(self) -> str:
         text = f"{self.status:#04x} {status_name(self.status)}"

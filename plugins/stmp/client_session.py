@@ -19,6 +19,7 @@ from typing import Any
 
 from attrs import define, frozen
 
+from msgbroker.clientkit.reconnect import Replay
 from msgbroker.clientkit.session import ClientSession, SessionAttribute, Timers
 from msgbroker.errors import RemoteProtocolError
 
@@ -74,6 +75,7 @@ class _Pending:
     token: int
     kind: str  # "response": the Response itself; "result": the decoded payload; "login"
     asked: str | None = None  # the identity a login asked for
+    accepted: Callable[[Any], object] | None = None  # what Ok does to the restorable state
 
 
 class STMPClientSession(ClientSession):
@@ -110,6 +112,8 @@ class STMPClientSession(ClientSession):
         self._late = LateReplies()
         self._pending: dict[int, _Pending] = {}
         self._timers: Timers[int | str] = Timers()
+        self._login: tuple[str, str, bytes | str | None] | None = None
+        self._subscriptions: dict[str, bool] = {}  # topic: presence, in the order made
         self._last_heard = self._last_ping = 0.0
 
     @property
@@ -131,18 +135,49 @@ class STMPClientSession(ClientSession):
         """:meth:`request` answered with the decoded payload on Ok, else failed."""
         return self._exchange("result", now, action, *args)
 
-    def login(self, now: float, identity: str, *args: Any) -> int:
-        fields = login_fields(identity, *args)
-        return self._exchange("login", now, payloads.LOGIN, fields, asked=identity)
+    def login(
+        self,
+        now: float,
+        identity: str,
+        scheme: str = "open",
+        credential: bytes | str | None = None,
+    ) -> int:
+        def logged_in(identity_given: Any) -> None:
+            self._login = identity, scheme, credential
+
+        fields = login_fields(identity, scheme, credential)
+        return self._exchange(
+            "login", now, payloads.LOGIN, fields, asked=identity, accepted=logged_in
+        )
 
     def subscribe(self, now: float, topic: str, presence: bool = False) -> int:
         fields: dict[str, Any] = {"topic": topic}
         if presence:
             fields["presence"] = True
-        return self.call(now, payloads.SUBSCRIBE, fields)
+
+        def subscribed(_: Any) -> None:
+            self._subscriptions.pop(topic, None)
+            self._subscriptions[topic] = presence
+
+        return self._exchange("result", now, payloads.SUBSCRIBE, fields, accepted=subscribed)
 
     def unsubscribe(self, now: float, topic: str) -> int:
-        return self.call(now, payloads.UNSUBSCRIBE, {"topic": topic})
+        return self._exchange(
+            "result", now, payloads.UNSUBSCRIBE, {"topic": topic},
+            accepted=lambda _: self._subscriptions.pop(topic, None),
+        )  # fmt: skip
+
+    def replay(self) -> list[Replay]:
+        """The login the broker accepted, then the topics subscribed to."""
+        items = []
+        if self._login is not None:
+            login = self._login
+            items.append(
+                Replay(f"login {login[0]}", lambda s, now: s.login(now, *login), login=True)
+            )
+        for topic, presence in self._subscriptions.items():
+            items.append(Replay(f"subscribe {topic}", _subscribe(topic, presence)))
+        return items
 
     def publish(self, now: float, topic: str, data: bytes) -> int:
         return self.call(now, payloads.PUBLISH, {"topic": topic, **self._data(data)})
@@ -177,12 +212,13 @@ class STMPClientSession(ClientSession):
         encoding: int | None = None,
         timeout: float | None = None,
         asked: str | None = None,
+        accepted: Callable[[Any], object] | None = None,
     ) -> int:
         message = request_message(0, action, payload, encoding, self.encoding)
         self.check_open()
         ident = self.ids.take(_Busy(self._pending, self._late))
         token = self._token()
-        self._pending[ident] = _Pending(token, kind, asked)
+        self._pending[ident] = _Pending(token, kind, asked, accepted)
         self._timers.set(ident, now + (self.timeout if timeout is None else timeout))
         self._write(Request(ident, message.action, message.encoding, message.payload))
         return token
@@ -286,6 +322,8 @@ class STMPClientSession(ClientSession):
         except STMPError as e:
             self._fail(entry.token, e)
             return
+        if entry.accepted is not None:
+            entry.accepted(value)
         if entry.kind == "login":
             assert entry.asked is not None
             self.identity = logged_in_as(entry.asked, value)
@@ -301,6 +339,10 @@ class STMPClientSession(ClientSession):
         except ValueError as e:
             self._emit(DroppedDelivery(notify, str(e)))
 
+
+
+def _subscribe(topic: str, presence: bool) -> Callable[[STMPClientSession, float], int]:
+    return lambda session, now: session.subscribe(now, topic, presence)
 
 
 class STMPRequests:
@@ -380,7 +422,8 @@ class STMPRequests:
 
     def ping(self) -> None:
         """Send a heartbeat ping now (the server does not answer it)."""
-        self._perform_write(self.session.ping)
+        # the session asked at the time: after a reconnection it is another one
+        self._perform_write(lambda now: self.session.ping(now))  # noqa: PLW0108
 
 
 class _Busy:

@@ -16,6 +16,36 @@ from msgbroker.analytics.java import JAVA_MISSING
 from msgbroker.analytics.report import parse_time
 from msgbroker.cli import main
 
+STAGES = (
+    "starting Spark",
+    "using the running Spark",
+    "reading the journal in ",
+    "computing traffic, topics, talkers and sessions from",
+    "computing the busiest topics minute by minute",
+    "writing the tables in ",
+    "writing ",
+    "stopping Spark",
+)
+
+
+def stages(stderr: str) -> list[str]:
+    """The stage lines (``msgbroker analytics: ... ...``) of ``stderr``, in order, each cut to
+    the beginning a test can know (the journal's and the report's paths in full); checks
+    that each is a known stage, coming after the ones before it."""
+    found = []
+    last = -1
+    for line in stderr.splitlines():
+        text = line.removeprefix("msgbroker analytics: ")
+        if text == line or not text.endswith(" ..."):
+            continue
+        text = text.removesuffix(" ...")
+        index = next(i for i, stage in enumerate(STAGES) if text.startswith(stage))
+        assert index >= last, f"{text!r} out of order in {stderr!r}"
+        last = index
+        cut = STAGES[index] if index in (3, 4) else text
+        found.append(cut.strip())
+    return found
+
 
 @pytest.mark.spark
 def test_report_end_to_end(spark, sample_journal, tmp_path, capsys):
@@ -32,9 +62,19 @@ def test_report_end_to_end(spark, sample_journal, tmp_path, capsys):
     )
     # one line per bad file, naming it
     lines = captured.err.splitlines()
-    assert len(lines) == len(sample_journal.bad)
+    skips = [line for line in lines if line.startswith("msgbroker analytics: skipped ")]
+    assert len(skips) == len(sample_journal.bad)
     for path in sample_journal.bad:
-        assert sum(line.startswith(f"msgbroker analytics: skipped {path}: ") for line in lines) == 1
+        assert sum(line.startswith(f"msgbroker analytics: skipped {path}: ") for line in skips) == 1
+    # and the stages, in order, the first with Spark already running (this one)
+    assert stages(captured.err) == [
+        "using the running Spark",
+        f"reading the journal in {sample_journal.root}",
+        "computing traffic, topics, talkers and sessions from",
+        "computing the busiest topics minute by minute",
+        f"writing the tables in {out / 'tables'}",
+        f"writing {out / 'index.html'}",
+    ]
     assert (out / "index.html").is_file()
     [summary] = pq.read_table(out / "tables" / "summary").to_pylist()
     assert summary["since"] == dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
@@ -57,6 +97,11 @@ def test_report_as_its_own_process(sample_journal, tmp_path):
     for path in sample_journal.bad:
         assert f"msgbroker analytics: skipped {path}: " in done.stderr
     assert "Traceback" not in done.stderr
+    # a person sees what it is doing, from the start to the end
+    found = stages(done.stderr)
+    assert found[0] == "starting Spark (local[2])"
+    assert found[1] == f"reading the journal in {sample_journal.root}"
+    assert found[-2:] == [f"writing {out / 'index.html'}", "stopping Spark"]
     assert sorted(p.name for p in (out / "charts").iterdir()) == sorted(CHARTS)
 
 

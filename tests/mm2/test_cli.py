@@ -29,7 +29,7 @@ from attrs import frozen
 from msgbroker.cli import build_parser, main
 from msgbroker.plugins.mm2.blocking import BlockingMM2Client
 from msgbroker.plugins.mm2.cli import extensions, render_message
-from msgbroker.plugins.mm2.client import Message
+from msgbroker.plugins.mm2.client import Message, MM2ConnectionClosed
 from tests.certs import make_pki
 from tests.mm2.client_support import SETTLE, settle
 from tests.ssmp.e2e_support import (
@@ -333,17 +333,24 @@ def test_sub_with_an_ack_window_acknowledges_and_gets_everything(capsys, broker,
         ]
 
 
-def test_sub_ends_with_one_line_when_its_identity_logs_in_elsewhere(broker):
+def test_sub_whose_identity_logs_in_elsewhere_reconnects_and_takes_it_back(capsys, broker):
+    # the broker closes the older connection without an ERROR frame, as when it stops: sub
+    # cannot tell the two apart, and reconnects (docs/clientkit.md, "Reconnecting")
     with running_sub(broker, "t-10", "--id", "sub-10") as (process, out, err):
-        with BlockingMM2Client("127.0.0.1", broker.port, "sub-10", timeout=WAIT):
-            assert process.wait(timeout=WAIT) == 1
-        error = err.wait_for("error").string
-        # the broker closes the older connection without an ERROR frame
-        assert (
-            error
-            == f"msgbroker: error: 127.0.0.1:{broker.port}: the server closed the connection\n"
-        )
-        assert err.rest() == "" and out.lines == []
+        with BlockingMM2Client("127.0.0.1", broker.port, "sub-10", timeout=WAIT) as other:
+            where = f"127.0.0.1:{broker.port}"
+            assert err.wait_for("lost").string == (
+                f"msgbroker: lost the connection to {where} (the server closed the "
+                "connection); reconnecting\n"
+            )
+            assert err.wait_for("reconnected").string == (
+                f"msgbroker: reconnected to {where}; subscribed to t-10 again\n"
+            )
+            with pytest.raises(MM2ConnectionClosed):
+                other.next_message(WAIT)  # the newer login, the sub's, closed it
+        pub(capsys, broker, "t-10", "still here")
+        assert out.wait_for("still").string == "t-10 still here\n"
+        assert process.poll() is None
 
 
 # -- units --------------------------------------------------------------------------------------

@@ -104,6 +104,77 @@ def running_broker(
             thread.call(service.stopService, timeout=broker_config.shutdown_grace + WAIT)
 
 
+class RestartableBroker:
+    """A broker in the shared reactor thread that :meth:`stop` stops and :meth:`start`
+    starts again on the same addresses, as a restarted broker would be (the TCP ports bound
+    first are kept: ``tcp:0`` and ``tls:0`` become the port they got)."""
+
+    def __init__(self, listeners: tuple[str, ...], config: dict[str, Any]) -> None:
+        self.thread = reactor_thread()
+        self.listeners = listeners
+        self.config = config
+        self.service: BrokerService | None = None
+        #: where each listener is bound, by protocol: (host, port) or a unix path
+        self.addresses: dict[str, Any] = {}
+
+    @property
+    def reactor(self) -> Any:
+        return self.thread.reactor
+
+    @property
+    def running(self) -> bool:
+        return self.service is not None and self.service.running
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout: float = WAIT, **kwargs: Any) -> Any:
+        return self.thread.call(fn, *args, timeout=timeout, **kwargs)
+
+    def port(self, protocol: str = "ssmp") -> int:
+        port: int = self.addresses[protocol][1]
+        return port
+
+    def start(self) -> None:
+        config = BrokerConfig(
+            listeners=tuple(Listener.parse(text) for text in self.listeners), **self.config
+        ).validate()
+
+        def start() -> BrokerService:
+            service = BrokerService(config, self.thread.reactor)
+            service.startService()
+            return service
+
+        self.service = self.thread.call(start)
+        fixed = []
+        bound = zip(self.service.broker.listening, self.listeners, strict=True)
+        for (listener, address), text in bound:
+            match = _ADDRESS.search(address)
+            if match is None:
+                self.addresses[listener.protocol] = address.partition(":")[2]
+                fixed.append(text)
+                continue
+            host, port = match["host"].strip("[]"), int(match["port"])
+            self.addresses[listener.protocol] = (host, port)
+            fixed.append(re.sub(r"=(tcp|tls):0(?=:|$)", rf"=\g<1>:{port}", text))
+        self.listeners = tuple(fixed)
+
+    def stop(self) -> None:
+        if self.running:
+            assert self.service is not None
+            self.thread.call(self.service.stopService)
+
+
+@contextlib.contextmanager
+def restartable_broker(
+    listeners: tuple[str, ...] = ("ssmp=tcp:0:interface=127.0.0.1",), **config: Any
+) -> Iterator[RestartableBroker]:
+    """A started :class:`RestartableBroker`, stopped on exit."""
+    broker = RestartableBroker(listeners, {"auth": ("open",), **config})
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
 # -- a broker in a subprocess: twistd -n msgbroker --------------------------------------------
 
 

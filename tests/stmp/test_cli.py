@@ -322,11 +322,24 @@ def test_sub_shows_presence_events_only_with_presence(server):
         assert out.lines == ["erin room after\n"]
 
 
-def test_sub_reports_the_server_going_away(server):
-    with running_sub(server, "t") as (process, out, err):
+def test_sub_reconnects_when_the_server_goes_away_and_says_so(server):
+    with running_sub(server, "t", "--id", "tess") as (process, out, err):
         server.thread.call(server.connections[0].drop)
-        assert process.wait(timeout=10) == 1
-        assert err.wait_for("error").string.startswith("msgbroker: error: 127.0.0.1:")
+        where = f"127.0.0.1:{server.port}"
+        assert err.wait_for("lost").string == (
+            f"msgbroker: lost the connection to {where} (the broker closed the connection); "
+            "reconnecting\n"
+        )
+        assert err.wait_for("reconnected").string == (
+            f"msgbroker: reconnected to {where}; subscribed to t again\n"
+        )
+        # the new connection logged in as before, then subscribed again
+        logins = [json.loads(r.payload) for r in server.requests(payloads.LOGIN)]
+        assert [login["id"] for login in logins] == ["tess", "tess"]
+        assert [r.payload for r in server.requests(payloads.SUBSCRIBE)] == [b'{"topic":"t"}'] * 2
+        server.thread.call(server.connections[1].deliver, "erin", "mcast", "t", b"back")
+        assert out.wait_for("erin").string == "erin t back\n"
+        assert process.poll() is None
 
 
 # -- errors -------------------------------------------------------------------------------------
