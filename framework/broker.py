@@ -9,6 +9,7 @@ hooks) without any decorator.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from .output import Batcher, Output, OutputBudget, OutputPolicy
 from .pluginmanager import build_plugin_manager
 from .reasons import CloseReason
 from .session import Link, Session
+from .stats import BrokerCounters, Traffic
 
 if TYPE_CHECKING:
     from .connection import ServerSession
@@ -101,6 +103,11 @@ class Broker:
         self.batcher = Batcher(reactor)
         #: open sessions in the order they connected (a dict used as an ordered set)
         self.sessions: dict[Session, None] = {}
+        #: logins, closes by reason, traffic per protocol (:mod:`msgbroker.stats`)
+        self.counters = BrokerCounters()
+        self._session_ids = itertools.count(1)
+        #: when this broker was made, on its clock (``reactor.seconds()``)
+        self.started_at: float = reactor.seconds()
         #: (listener, bound address text), filled by the service as listeners bind
         self.listening: list[tuple[Listener, str]] = []
         self.policy = OutputPolicy(
@@ -252,9 +259,12 @@ class Broker:
             host=host,
             tls_names=tls_names,
             on_dropped=self.slow_consumer_dropped,
+            id=next(self._session_ids),
+            opened_at=self.reactor.seconds(),
         )
         session.attach(make_output(session))
         self.sessions[session] = None
+        self.counters.opened(session)
         self.connections.opened(host)
         if self._opened is not None:
             self._opened(session=session)
@@ -269,6 +279,7 @@ class Broker:
         session.output.stop()  # nothing is written to it any more; it leaves the budget
         if session.close_reason is None:
             session.close_reason = reason
+        self.counters.ended(session, session.close_reason)
         if session.close_reason is CloseReason.SLOW_CONSUMER or len(session.subscriptions) >= 1000:
             self.trimmer.released()
         else:
@@ -309,6 +320,7 @@ class Broker:
         if not throttle.allows(request.host, now):
             # too many failures from this address: refused unheard, logged rate-limited
             result: AuthResult = Deny("too many failed logins from this address")
+            self.counters.login_failures += 1
             self.limited("login-attempts", f"refused a login from {request.host or 'local'}")
             if self._login is not None:
                 self._login(session=session, request=request, result=result)
@@ -319,9 +331,11 @@ class Broker:
             log.failure("auth scheme {scheme} failed", scheme=request.scheme)
             result = Deny("auth scheme raised")
         if isinstance(result, Accept):
+            self.counters.logins += 1
             self.hub.login(session, result.identity)
             self.batcher.flush()  # presence events of a kicked holder
         else:
+            self.counters.login_failures += 1
             throttle.failed(request.host, now)
             log.info(
                 "{protocol} login refused for {identity!r} from {host} ({scheme}): {reason}",
@@ -376,6 +390,12 @@ class Broker:
             self.reactor.seconds(),
             f"{error}: refused a {peer.protocol} request from {peer.identity} ({host})",
         )
+
+    def traffic(self) -> dict[str, Traffic]:
+        """Per protocol: connections opened, bytes and messages in and out since the broker
+        started (the open sessions' counters added up now: call it per scrape, not per
+        message)."""
+        return self.counters.traffic(self.sessions)
 
     def status(self) -> str:
         """One line on what the broker holds now (``SIGUSR1`` logs it)."""

@@ -206,21 +206,36 @@ class Connection:
         self.server.opened()
 
     def data_received(self, data: bytes) -> None:
+        stats = self.broker.hub.stats
+        routed = stats.routed
         self.server.data_received(data)
+        # counted per input, not per message: whatever the hub routed meanwhile, this
+        # peer published
+        session = self.session
+        session.bytes_in += len(data)
+        session.messages_in += stats.routed - routed
         self.broker.batcher.flush()  # what this input caused: one write per recipient
 
     def packets_received(self, packets: Iterable[bytes]) -> None:
         """Inputs that come whole, several per read (a packet transport's slice, maybe read
         lazily: it stops at the packet after which the session held its input or closed):
         to the session's ``packets_received``, then one flush for them all."""
+        stats = self.broker.hub.stats
+        routed = stats.routed
         self.server.packets_received(packets)
+        self.session.messages_in += stats.routed - routed
         self.broker.batcher.flush()
 
-    def feed_to(self, handle: Callable[..., None], *args: Any) -> None:
-        """Input the transport glue decoded itself (a WebSocket message and its type), for a
-        method of the server session: ``handle(*args)``, then the batch is flushed, as
-        after :meth:`data_received`."""
+    def feed_to(self, handle: Callable[..., None], *args: Any, size: int = 0) -> None:
+        """Input the transport glue decoded itself (a WebSocket message and its type, of
+        ``size`` bytes), for a method of the server session: ``handle(*args)``, then the
+        batch is flushed, as after :meth:`data_received`."""
+        stats = self.broker.hub.stats
+        routed = stats.routed
         handle(*args)
+        session = self.session
+        session.bytes_in += size
+        session.messages_in += stats.routed - routed
         self.broker.batcher.flush()
 
     def lost(self) -> None:
