@@ -11,8 +11,8 @@ A build may add broker options of its own after the interpreter and a colon, so 
 installation compares with itself under other options (each becomes a ``--broker-arg``;
 write ``--option=value``)::
 
-    python bench/compare.py --build off=.venv/bin/python \\
-        --build "on=.venv/bin/python:--admin=tcp:0:interface=127.0.0.1" \\
+    python bench/compare.py --build off=$PWD/.venv/bin/python \\
+        --build "on=$PWD/.venv/bin/python:--admin=tcp:0:interface=127.0.0.1" \\
         -- --only ssmp --scenarios mcast,fanout --scrape-admin
 """
 

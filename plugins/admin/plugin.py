@@ -134,6 +134,7 @@ class Admin:
         if self.port is not None:
             port, self.port = self.port, None
             port.stopListening()
+            log.info("admin stopped listening on {address}", address=self.address)
 
     # -- what the API does -------------------------------------------------------------------
 

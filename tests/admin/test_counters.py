@@ -120,3 +120,26 @@ def test_slow_consumers_are_listed_worst_first():
     assert listed["backlog"] > 0
     assert listed["dropped"] > 0
     assert sample.dropped == listed["dropped"]
+
+
+def test_slow_consumer_disconnects_are_remembered_for_the_dashboard():
+    from msgbroker.plugins.admin.plugin import ACTIVE, Admin, running_admin
+    from msgbroker.plugins.admin.settings import AdminSettings
+
+    broker = make_broker(BrokerConfig(auth=("open",), max_backlog=100))
+    admin = Admin(broker, AdminSettings(endpoint="tcp:0"), b"secret")  # never listens
+    broker.add_plugin(admin, name=ACTIVE)
+    assert running_admin(broker) is admin
+    slow = logged_in(broker, "slow")
+    slow.send(b"SUBSCRIBE t\n")
+    slow.received()
+    slow.transport.producer.pauseProducing()
+    writer = logged_in(broker, "writer")
+    for i in range(20):
+        writer.send(b"MCAST t message-%04d\n" % i)
+    assert slow.closed
+    (closed,) = admin.info()["slow_closed"]
+    assert closed["identity"] == "slow"
+    assert closed["protocol"] == "ssmp"
+    assert closed["dropped"] > 0
+    assert admin.sampler.sample().slow_disconnects == 1
