@@ -24,7 +24,7 @@ from twisted.web.resource import Resource
 if TYPE_CHECKING:
     from msgbroker.session import Session
 
-    from .plugin import Admin
+    from .server import Admin
 
 #: the detail a session kicked through the API is closed with (its close text:
 #: ``kicked: by the admin API``)

@@ -19,6 +19,9 @@ from attrs import frozen
 
 from msgbroker import BrokerConfig, ConfigError, ConfigSection, Option
 
+#: the name the running admin endpoint is registered under among the broker's plugins
+ACTIVE = "admin.active"
+
 
 @frozen
 class AdminSettings:

@@ -27,8 +27,8 @@ from .api import Api, json_response
 from .metrics import CONTENT_TYPE_LATEST, exposition
 
 if TYPE_CHECKING:
-    from .plugin import Admin
     from .sampler import Sample
+    from .server import Admin
 
 #: the dashboard's files (in the package's ``static`` directory) and their types
 STATIC = {

@@ -16,7 +16,8 @@ from typing import Any
 from attrs import frozen
 from prometheus_client.parser import text_string_to_metric_families
 
-from msgbroker.plugins.admin.plugin import Admin, running_admin
+from msgbroker.plugins.admin.plugin import running_admin
+from msgbroker.plugins.admin.server import Admin
 from tests.ssmp.e2e_support import WAIT, RunningBroker, running_broker
 
 LISTEN = ("ssmp=tcp:0:interface=127.0.0.1",)

@@ -123,7 +123,8 @@ def test_slow_consumers_are_listed_worst_first():
 
 
 def test_slow_consumer_disconnects_are_remembered_for_the_dashboard():
-    from msgbroker.plugins.admin.plugin import ACTIVE, Admin, running_admin
+    from msgbroker.plugins.admin.plugin import ACTIVE, running_admin
+    from msgbroker.plugins.admin.server import Admin
     from msgbroker.plugins.admin.settings import AdminSettings
 
     broker = make_broker(BrokerConfig(auth=("open",), max_backlog=100))

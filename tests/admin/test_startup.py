@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -60,3 +61,18 @@ def test_the_admin_endpoint_is_logged(tmp_path):
     options = (*BASE, "--admin", "tcp:0:interface=127.0.0.1", "--admin-secret-file", str(secret))
     with twistd_broker(tmp_path, *options) as broker:
         broker.log.wait_for(r"admin listening on tcp:127\.0\.0\.1:\d+")
+
+
+def test_without_admin_nothing_heavy_is_imported():
+    """The plugin module is loaded by every broker and every ``msgbroker`` command: the web
+    server and prometheus-client come only with ``--admin``."""
+    code = (
+        "import sys; import msgbroker.plugins.admin.plugin; "
+        "from msgbroker.plugins.journal import plugin; "
+        "heavy = [m for m in ('prometheus_client', 'twisted.web.server') if m in sys.modules]; "
+        "print(heavy)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
