@@ -6,12 +6,21 @@ turn, interleaved (A, B, A, B, ...) so that the machine's noise falls on both al
 
 Every ``run.py`` option after ``--`` is passed on. Prints, per scenario and figure, each
 build's median and the ratio of every build to the first.
+
+A build may add broker options of its own after the interpreter and a colon, so one
+installation compares with itself under other options (each becomes a ``--broker-arg``;
+write ``--option=value``)::
+
+    python bench/compare.py --build off=$PWD/.venv/bin/python \\
+        --build "on=$PWD/.venv/bin/python:--admin=tcp:0:interface=127.0.0.1" \\
+        -- --only ssmp --scenarios mcast,fanout --scrape-admin
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -23,13 +32,21 @@ HERE = Path(__file__).parent
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--build", action="append", required=True, metavar="LABEL=PYTHON",
-                   help="a build: its label and the interpreter that has it installed")
+    p.add_argument("--build", action="append", required=True,
+                   metavar="LABEL=PYTHON[:BROKER-OPTIONS]",
+                   help="a build: its label, the interpreter that has it installed, and "
+                        "broker options only this build gets")
     p.add_argument("--repeat", type=int, default=3, help="runs per build [3]")
     p.add_argument("--results", type=Path, default=HERE / "results" / "compare")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="-- then run.py options")
     args = p.parse_args(argv)
-    builds = [b.split("=", 1) for b in args.build]
+    builds = []
+    extras: dict[str, list[str]] = {}
+    for text in args.build:
+        label, python = text.split("=", 1)
+        python, _, options = python.partition(":")
+        builds.append((label, python))
+        extras[label] = [f"--broker-arg={option}" for option in shlex.split(options)]
     passed = [a for a in args.rest if a != "--"]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = args.results / stamp
@@ -40,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {label} run {rep + 1}/{args.repeat}", flush=True)
             subprocess.run(
                 [sys.executable, str(HERE / "run.py"), "--python", python,
-                 "--results", str(where), *passed],
+                 "--results", str(where), *passed, *extras[label]],
                 check=True,
             )
             (result,) = where.glob("results-*.json")

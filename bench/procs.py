@@ -205,8 +205,10 @@ class Broker(Server):
     def __init__(
         self, python: str, log: Path, cpus: set[int] | None, extra: list[str],
         timeout: float = 30.0, stmp: bool = False, mm2: bool = False,
+        scrape_admin: bool = False,
     ) -> None:
         self.log = log
+        self.scraper: subprocess.Popen | None = None
         listeners = ["ssmp"] + (["stmp"] if stmp else []) + (["mm2"] if mm2 else [])
         argv = [
             python, "-c", "from twisted.scripts.twistd import run; run()",
@@ -223,6 +225,20 @@ class Broker(Server):
         self.port = self.ports["ssmp"]
         for port in self.ports.values():
             wait_connectable(port, self.proc, timeout)
+        if scrape_admin:
+            admin = self._wait_for_port(timeout, "admin")
+            wait_connectable(admin, self.proc, timeout)
+            # a separate process (on the clients' cores, like them), as Prometheus would be
+            self.scraper = spawn(
+                [sys.executable, "-c", SCRAPER, f"http://{HOST}:{admin}/metrics"],
+                log=log.with_name(log.stem + "-scraper.log"), cpus=None,
+            )
+
+    def stop(self) -> int:
+        if self.scraper is not None:
+            stop_process(self.scraper, timeout=5.0)
+            self.scraper = None
+        return super().stop()
 
     def port_for(self, protocol: str) -> int:
         return self.ports[protocol]
@@ -242,6 +258,18 @@ class Broker(Server):
         raise TimeoutError(
             f"broker did not log its {name} port within {timeout:.0f} s ({self.log})"
         )
+
+
+#: scrapes a URL once a second (at most an hour) and logs how many scrapes and bytes
+SCRAPER = """
+import sys, time, urllib.request
+url, scrapes, size, start = sys.argv[1], 0, 0, time.monotonic()
+while time.monotonic() - start < 3600:
+    size += len(urllib.request.urlopen(url, timeout=10).read())
+    scrapes += 1
+    print(f"{scrapes} scrapes, {size} bytes", flush=True)
+    time.sleep(1.0 - (time.monotonic() - start) % 1.0)
+"""
 
 
 def find_mosquitto(explicit: str | None) -> str | None:

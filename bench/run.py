@@ -94,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="passed to the broker")
     p.add_argument("--broker-arg", action="append", default=[],
                    help="extra twistd msgbroker argument, repeatable")
+    p.add_argument("--scrape-admin", action="store_true",
+                   help="scrape /metrics once a second while each scenario runs (a separate "
+                        "process), for a broker given --broker-arg=--admin=ENDPOINT")
     p.add_argument("--server-cpu", type=int, default=0, help="core for the server [0]")
     p.add_argument("--client-cpu", type=int, default=1, help="core for the clients [1]")
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
@@ -177,7 +180,9 @@ def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Se
             return acl.start_broker(args, log_dir / f"broker-{tag}-{kind}.log", server_cpus,
                                     extra)
         return procs.Broker(args.python, log_dir / f"broker-{tag}.log", server_cpus, extra,
-                            stmp=kind in ("stmp", "ssmp->stmp"), mm2=kind == "mm2")
+                            stmp=kind in ("stmp", "ssmp->stmp"), mm2=kind == "mm2",
+                            scrape_admin=args.scrape_admin and any(
+                                a == "--admin" or a.startswith("--admin=") for a in extra))
     binary = procs.find_mosquitto(args.mosquitto)
     if binary is None:
         raise BenchError("mosquitto not found (apt-get install -y mosquitto, or --mosquitto)")

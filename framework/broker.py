@@ -9,6 +9,7 @@ hooks) without any decorator.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from .reasons import CloseReason
 from .reloading import keep_restart_only
 from .reloading import prepare as prepare_reload
 from .session import Link, Session
+from .stats import BrokerCounters, Traffic
 from .tls import ServerTLS
 
 if TYPE_CHECKING:
@@ -110,6 +112,11 @@ class Broker:
         self.batcher = Batcher(reactor)
         #: open sessions in the order they connected (a dict used as an ordered set)
         self.sessions: dict[Session, None] = {}
+        #: logins, closes by reason, traffic per protocol (:mod:`msgbroker.stats`)
+        self.counters = BrokerCounters()
+        self._session_ids = itertools.count(1)
+        #: when this broker was made, on its clock (``reactor.seconds()``)
+        self.started_at: float = reactor.seconds()
         #: (listener, bound address text), filled by the service as listeners bind
         self.listening: list[tuple[Listener, str]] = []
         self.policy = OutputPolicy(
@@ -300,9 +307,12 @@ class Broker:
             host=host,
             tls_names=tls_names,
             on_dropped=self.slow_consumer_dropped,
+            id=next(self._session_ids),
+            opened_at=self.reactor.seconds(),
         )
         session.attach(make_output(session))
         self.sessions[session] = None
+        self.counters.opened(session)
         self.connections.opened(host)
         if self._opened is not None:
             self._opened(session=session)
@@ -317,6 +327,7 @@ class Broker:
         session.output.stop()  # nothing is written to it any more; it leaves the budget
         if session.close_reason is None:
             session.close_reason = reason
+        self.counters.ended(session, session.close_reason)
         if session.close_reason is CloseReason.SLOW_CONSUMER or len(session.subscriptions) >= 1000:
             self.trimmer.released()
         else:
@@ -418,6 +429,12 @@ class Broker:
             self.reactor.seconds(),
             f"{error}: refused a {peer.protocol} request from {peer.identity} ({host})",
         )
+
+    def traffic(self) -> dict[str, Traffic]:
+        """Per protocol: connections opened, bytes and messages in and out since the broker
+        started (the open sessions' counters added up now: call it per scrape, not per
+        message)."""
+        return self.counters.traffic(self.sessions)
 
     def status(self) -> str:
         """One line on what the broker holds now (``SIGUSR1`` logs it)."""

@@ -211,7 +211,14 @@ class Connection:
     def data_received(self, data: bytes) -> None:
         if self.session.close_reason is not None:
             return
+        stats = self.broker.hub.stats
+        routed = stats.routed
         self.server.data_received(data)
+        # counted per input, not per message: whatever the hub routed meanwhile, this
+        # peer published
+        session = self.session
+        session.bytes_in += len(data)
+        session.messages_in += stats.routed - routed
         self.broker.batcher.flush()  # what this input caused: one write per recipient
 
     def packets_received(self, packets: Iterable[bytes]) -> None:
@@ -222,16 +229,24 @@ class Connection:
             for _ in packets:  # read and let go: unread, the socket would stay readable
                 pass
             return
+        stats = self.broker.hub.stats
+        routed = stats.routed
         self.server.packets_received(packets)
+        self.session.messages_in += stats.routed - routed
         self.broker.batcher.flush()
 
-    def feed_to(self, handle: Callable[..., None], *args: Any) -> None:
-        """Input the transport glue decoded itself (a WebSocket message and its type), for a
-        method of the server session: ``handle(*args)``, then the batch is flushed, as
-        after :meth:`data_received`."""
+    def feed_to(self, handle: Callable[..., None], *args: Any, size: int = 0) -> None:
+        """Input the transport glue decoded itself (a WebSocket message and its type, of
+        ``size`` bytes), for a method of the server session: ``handle(*args)``, then the
+        batch is flushed, as after :meth:`data_received`."""
         if self.session.close_reason is not None:
             return
+        stats = self.broker.hub.stats
+        routed = stats.routed
         handle(*args)
+        session = self.session
+        session.bytes_in += size
+        session.messages_in += stats.routed - routed
         self.broker.batcher.flush()
 
     def lost(self) -> None:

@@ -319,6 +319,8 @@ class Hub:
         self.source = sender
         exclude = None if echo else sender
         topic = self.topics.get(message.topic)  # type: ignore[arg-type]
+        if topic is not None:
+            topic.published += 1
         if self.patterns:
             matched = self.pattern_recipients(message.topic)  # type: ignore[arg-type]
             if matched:

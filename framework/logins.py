@@ -87,6 +87,7 @@ def start_login(
     if not allowed:
         # too many failures from this address: refused unheard, logged rate-limited
         result: AuthResult = Deny("too many failed logins from this address")
+        broker.counters.login_failures += 1
         broker.limited("login-attempts", f"refused a login from {request.host or 'local'}")
         if broker._login is not None:
             broker._login(session=session, request=request, result=result)
@@ -118,6 +119,7 @@ def start_login(
         if session in broker.sessions:
             decided(login_decided(broker, session, request, result))
         elif isinstance(result, Deny):  # gone meanwhile: nothing to log in, but it counts
+            broker.counters.login_failures += 1
             throttle.failed(host, broker.reactor.seconds())
         broker.waiting_logins.next(host, broker)
 
@@ -134,9 +136,11 @@ def login_decided(
     """Act on a decided login: register the identity (accepted) or count and log the
     failure (refused); then ``msgbroker_session_login``."""
     if isinstance(result, Accept):
+        broker.counters.logins += 1
         broker.hub.login(session, result.identity)
         broker.batcher.flush()  # presence events of a kicked holder
     else:
+        broker.counters.login_failures += 1
         now = broker.reactor.seconds()
         broker.login_throttle.failed(request.host, now)
         # one line per address per 10 s: the first refusal, then how many followed

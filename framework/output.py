@@ -241,6 +241,11 @@ class TransportOutput:
             self.transport.write(data)
         elif not self._hold(data):
             self._drop(count)
+            return
+        # counted per batch, not per frame
+        session = self.session
+        session.bytes_out += len(data)
+        session.frames_out += count
 
     def reply(self, frame: bytes) -> None:
         if self._pending:  # keep this peer's output in the order it was produced
@@ -252,6 +257,8 @@ class TransportOutput:
         elif not self._hold(frame):
             self.stopped = True
             self.session.close(CloseReason.SLOW_CONSUMER)
+            return
+        self.session.bytes_out += len(frame)
 
     def stop(self) -> None:
         self.stopped = True

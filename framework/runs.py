@@ -44,6 +44,7 @@ def multicast_run(hub: Hub, sender: Peer | None, run: MessageRun) -> int:
         if hub.run_observer is not None:
             hub.run_observer(run, RouteResult({}))
         return 0
+    topic.published += run.count
     run_observer = hub.run_observer
     dropped_before = stats.dropped
     per_protocol: dict[str, int] = {}

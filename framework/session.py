@@ -62,6 +62,20 @@ class Session:
     deliver_queued: Callable[[bytes, Any, Any], None] | None = None
     #: deliveries this session's policy dropped
     dropped: int = 0
+    #: the broker's number for this session (1, 2, ... in the order they opened)
+    id: int = 0
+    #: when it opened, on the broker's clock (``reactor.seconds()``: the epoch for a real
+    #: reactor)
+    opened_at: float = 0.0
+    #: traffic, counted once per received input and per written batch, never per message:
+    #: bytes read (stream and WebSocket transports; sbus packets are not counted), messages
+    #: this peer published (MCAST, UCAST, BCAST; a run counts each), bytes written (sbus:
+    #: not counted), and frames delivered (one per delivery, but a pipelined run to one
+    #: topic reaches each recipient as one frame; the hub counts every message delivered)
+    bytes_in: int = 0
+    messages_in: int = 0
+    bytes_out: int = 0
+    frames_out: int = 0
     close_reason: CloseReason | None = None
     #: what the peer got wrong, which limit: free text after the reason
     close_detail: str = ""

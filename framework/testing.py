@@ -226,15 +226,24 @@ class SessionDriver:
     def feed(self, data: bytes) -> None:
         """``data`` arrives from the peer (no-op once the connection is gone)."""
         if not self._lost:
+            stats = self.broker.hub.stats
+            routed = stats.routed
             self.server.data_received(data)
+            self.session.bytes_in += len(data)
+            self.session.messages_in += stats.routed - routed
             self.broker.batcher.flush()
 
-    def feed_to(self, handle: Callable[..., None], *args: Any) -> None:
+    def feed_to(self, handle: Callable[..., None], *args: Any, size: int = 0) -> None:
         """Input for a method of the server session other than ``data_received`` (what a
-        transport glue decodes itself, a WebSocket message): ``handle(*args)``, as
-        :meth:`msgbroker.connection.Connection.feed_to` does (no-op once gone)."""
+        transport glue decodes itself, a WebSocket message of ``size`` bytes):
+        ``handle(*args)``, as :meth:`msgbroker.connection.Connection.feed_to` does (no-op
+        once gone)."""
         if not self._lost:
+            stats = self.broker.hub.stats
+            routed = stats.routed
             handle(*args)
+            self.session.bytes_in += size
+            self.session.messages_in += stats.routed - routed
             self.broker.batcher.flush()
 
     def feed_split(self, data: bytes, sizes: Iterable[int]) -> None:

@@ -42,6 +42,9 @@ class Topic:
     filtered: FilterIndex[Peer] | None = None
     #: queue groups by name (their members are in neither of the above)
     queues: dict[str, QueueGroup] | None = None
+    #: MCASTs published on it while it existed (a run counts each of its messages; one
+    #: increment per MCAST or run, which the admin plugin samples to rank busy topics)
+    published: int = 0
 
     def queue_of(self, peer: Peer) -> QueueGroup | None:
         for group in (self.queues or {}).values():

@@ -97,6 +97,51 @@ def msgbroker_broker_started(broker: Broker) -> None:
     )
 
 
+@hookimpl(optionalhook=True)  # the admin plugin's hook: it may be blocked
+def msgbroker_collect_metrics(broker: Broker) -> list[Any]:
+    """The journal's state for ``/metrics`` (``--admin``): segments and bytes written,
+    records written, dropped and failed, and how far it is behind (pending records, and
+    the seconds since the last rotation)."""
+    journal = active_journal(broker)
+    if journal is None:
+        return []
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    writer = journal.writer
+    return [
+        CounterMetricFamily(
+            "msgbroker_journal_segments", "Journal segment files written.", value=writer.segments
+        ),
+        CounterMetricFamily(
+            "msgbroker_journal_bytes", "Bytes of journal segments written.",
+            value=writer.bytes_written,
+        ),
+        CounterMetricFamily(
+            "msgbroker_journal_records", "Journal records written.", value=writer.written
+        ),
+        CounterMetricFamily(
+            "msgbroker_journal_dropped_records",
+            "Journal records dropped: too many were pending.",
+            value=writer.dropped,
+        ),
+        CounterMetricFamily(
+            "msgbroker_journal_failed_records",
+            "Journal records lost to write errors.",
+            value=writer.failed,
+        ),
+        GaugeMetricFamily(
+            "msgbroker_journal_pending_records",
+            "Journal records waiting for the next rotation.",
+            value=writer.pending,
+        ),
+        GaugeMetricFamily(
+            "msgbroker_journal_lag_seconds",
+            "Seconds since the journal last wrote its pending records.",
+            value=writer.lag,
+        ),
+    ]
+
+
 @hookimpl
 def msgbroker_broker_stopped(broker: Broker) -> None:
     journal = active_journal(broker)

@@ -80,6 +80,8 @@ class JournalWriter:
         #: records written, and finalized segment files
         self.written = 0
         self.segments = 0
+        #: bytes of the segment files written (their size on disk)
+        self.bytes_written = 0
         #: leftover temporaries of an earlier writer, removed at start
         self.removed: list[Path] = []
         self._lock = threading.Lock()  # the pending lists and their counts
@@ -217,6 +219,12 @@ class JournalWriter:
         """Records waiting for the next rotation."""
         return self._pending
 
+    @property
+    def lag(self) -> float:
+        """Seconds since the last rotation: how old the oldest pending record may be (the
+        journal on disk is at most this far behind the broker)."""
+        return max(0.0, self._clock() - self._last_rotation)
+
     # -- rotation ----------------------------------------------------------------------------
 
     def due(self) -> bool:
@@ -350,6 +358,7 @@ class JournalWriter:
             fd = os.open(temp, os.O_RDONLY)
             try:
                 os.fsync(fd)
+                size = os.fstat(fd).st_size
             finally:
                 os.close(fd)
             os.rename(temp, final)
@@ -358,6 +367,7 @@ class JournalWriter:
                 temp.unlink()
             raise
         _fsync_dir(partition)
+        self.bytes_written += size
         return final
 
 

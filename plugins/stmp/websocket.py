@@ -124,7 +124,7 @@ class STMPWebSocketProtocol(ReadsTransport, WebSocketServerProtocol):  # type: i
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         connection = self.connection
         assert connection is not None
-        connection.feed_to(self._server.message_received, payload, isBinary)
+        connection.feed_to(self._server.message_received, payload, isBinary, size=len(payload))
         if self._prelogin and connection.session.identity is not None:
             self._prelogin = False  # logged in: the factory's limits apply
             factory: Any = self.factory

@@ -1,0 +1,61 @@
+"""The live dashboard in a real headless Chromium: the page loads behind the admin
+credential, follows the broker over server-sent events, shows a publish made during the
+test, and its screenshot is the one docs/operations.md shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from msgbroker.plugins.stmp.blocking import BlockingSTMPClient
+from tests.admin.support import admin_broker, login
+from tests.browser import browser  # noqa: F401  (the fixture)
+from tests.ssmp.e2e_support import parse_address
+
+SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "dashboard.png"
+LISTENERS = ("ssmp=tcp:0:interface=127.0.0.1", "stmp=tcp:0:interface=127.0.0.1")
+
+
+def published_cell(topic: str) -> str:
+    return f'#topics tr:has(td.topic:text-is("{topic}")) td:nth-child(4)'
+
+
+def test_the_dashboard_shows_a_publish_live(tmp_path, browser):  # noqa: F811
+    with admin_broker(tmp_path, listeners=LISTENERS, sample_seconds=0.25) as ab:
+        stmp_host, stmp_port = parse_address(ab.broker.service.broker.listening[1][1])
+        reader = login(ab.broker, "dashboard-reader")
+        reader.request(b"SUBSCRIBE orders\nSUBSCRIBE prices\n", b"200\n200\n")
+        watcher = BlockingSTMPClient(stmp_host, stmp_port, "stmp-watcher")
+        watcher.subscribe("prices")
+        page = browser(
+            f"http://127.0.0.1:{ab.port}/",
+            http_credentials={"username": "admin", "password": ab.secret},
+        )
+        page.wait_for_selector("#status.on")  # the event stream is open
+        assert page.title() == "msgbroker"
+        assert "version " in page.inner_text("#version")
+
+        # published while the page is open: it shows on the next sample
+        writer = login(ab.broker, "dashboard-writer")
+        total = {"orders": 0, "prices": 0}
+        for step in range(1, 9):
+            orders, prices = 10 * step, 40 - 4 * step
+            writer.request(
+                b"MCAST orders o\n" * orders + b"MCAST prices p\n" * prices,
+                b"200\n" * (orders + prices),
+            )
+            watcher.publish("prices", b"step %d" % step)
+            total["orders"] += orders
+            total["prices"] += prices + 1
+            for topic, count in total.items():
+                page.wait_for_selector(
+                    f'{published_cell(topic)}:text-is("{count}")', state="attached"
+                )
+        assert page.inner_text("#tile-connections") == "3"
+        assert "stmp" in page.inner_text("#legend-connections")
+        assert page.locator("#chart-in polyline").count() >= 2  # ssmp and stmp
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+        assert SCREENSHOT.stat().st_size > 10_000
+        watcher.close()
+        writer.close()
+        reader.close()

@@ -1,0 +1,71 @@
+"""A real headless Chromium, Debian's (``/usr/bin/chromium``, which scripts/setup installs
+for the test extra), driven by playwright; no ``playwright install`` and no browser
+download. A test takes the fixture ``browser`` (import it into the test module, or a
+conftest, with ``from tests.browser import browser``) and calls it with a URL::
+
+    def test_page(browser):
+        page = browser("http://127.0.0.1:8090/", http_credentials={"username": "a",
+                                                                   "password": "b"})
+        page.wait_for_selector("#status.on")
+        page.screenshot(path="docs/images/page.png")
+
+Each call starts a browser of its own with a fresh user-data directory (keyword arguments
+go to playwright's ``launch_persistent_context``: ``http_credentials``, ``viewport``, ...)
+and returns its page; every browser is closed when the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+#: no GPU, no network but the page's, nothing in the background: a quiet, offline browser
+ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+#: how long a page may take to load, and an element to appear (milliseconds)
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: scripts/setup test installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        contexts: list[Any] = []
+
+        def open_page(url: str, **options: Any) -> Any:
+            profile: Path = tmp_path_factory.mktemp("chromium-profile")
+            options.setdefault("viewport", {"width": 1280, "height": 900})
+            context = playwright.chromium.launch_persistent_context(
+                str(profile),
+                executable_path=CHROMIUM,
+                headless=True,
+                args=list(ARGS),
+                **options,
+            )
+            contexts.append(context)
+            context.set_default_timeout(TIMEOUT_MS)
+            page = context.pages[0] if context.pages else context.new_page()
+            page.goto(url)
+            return page
+
+        try:
+            yield open_page
+        finally:
+            for context in contexts:
+                context.close()
