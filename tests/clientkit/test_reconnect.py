@@ -461,6 +461,9 @@ def test_reconnecting_can_start_after_the_first_steps_and_stop_again(thread):
         client.set_reconnect(Reconnect(initial=0.5, jitter=0.0))  # as sub does, subscribed
         assert client.ask("SUB a") == "SUB A"
         server.call(server.connections[0].drop)
+        # the connection's end is on the wire before the next request (otherwise "b" could
+        # be written before the close is seen: a request in flight, which fails)
+        server.wait(lambda: server.ended(0))
         assert client.ask("b") == "B"  # reconnected first
         assert server.logged(conn=1) == [b"ASK SUB a", b"ASK b"]
         client.set_reconnect(None)
