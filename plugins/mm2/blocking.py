@@ -17,8 +17,8 @@ from msgbroker.clientkit.blocking import BlockingClient, StreamChannel, open_tcp
 from msgbroker.clientkit.reconnect import Reconnect
 
 from . import client_common as common
-from .client_common import ExtensionSpec, Message
-from .client_session import ClientSession, ExtensionReceived
+from .client_common import ExtensionReceived, ExtensionSpec, Message
+from .client_session import ClientSession
 
 
 class BlockingMM2Client(common.MM2Commands, BlockingClient):

@@ -63,6 +63,8 @@ from .client_common import (
     DEFAULT_PORT,
     DEFAULT_REQUIRED,
     TIMEOUT,
+    Acked,
+    ExtensionReceived,
     ExtensionSpec,
     Message,
     MM2Commands,
@@ -72,8 +74,10 @@ from .client_common import (
     MM2ProtocolError,
     MM2ServerError,
     MM2Timeout,
+    Outgoing,
+    Ready,
 )
-from .client_session import Acked, ClientSession, ExtensionReceived, Outgoing, Ready
+from .client_session import ClientSession
 from .codec import (
     ActiveExtensions,
 )

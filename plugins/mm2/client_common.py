@@ -1,5 +1,6 @@
 """What the Micromessage2 client session (:mod:`.client_session`) is made of, with no state
-of its own: the default port and timeout, the errors, the received :class:`Message`, the
+of its own: the default port and timeout, the errors, the session's events (the received
+:class:`Message`, :class:`Ready`, :class:`Acked`, ...) and :class:`Outgoing`, the
 step-3 plan of the handshake, checking what the caller asks to send, and
 :class:`MM2Commands`, what both clients send the same way.
 """
@@ -13,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
-from msgbroker.clientkit.session import ConnectionClosed, SessionAttribute
+from msgbroker.clientkit.session import ConnectionClosed, Ended, SessionAttribute
 from msgbroker.errors import RemoteProtocolError
 
 from .codec import (
     DEFAULT_BATCH_ACK_COUNT,
+    ActiveExtensions,
     Command,
     Extension,
     Filter,
@@ -306,3 +308,48 @@ class MM2Commands:
     def send_extension(self, name: str, payload: bytes) -> None:
         """Write an EXTENSION frame of the active extension ``name``."""
         self._command(lambda: self.session.send_extension(name, payload))
+
+
+# -- events ---------------------------------------------------------------------------------
+
+
+@frozen
+class Ready:
+    """The handshake is complete: step 3 is written. ``active`` numbers the extensions."""
+
+    server: Handshake
+    active: ActiveExtensions
+    minor: int
+
+
+@frozen
+class Acked:
+    """The server acknowledged ``count`` published messages (0 for a stale ack)."""
+
+    count: int
+
+
+@frozen
+class ExtensionReceived:
+    """An EXTENSION frame of an active extension the client gives no meaning itself (a
+    vendor ``x-...`` one, say)."""
+
+    extension: Extension
+    payload: bytes
+
+
+#: the session is over: ``error`` says why (the server's ERROR frame, or the client's
+#: refusal, whose ERROR frame is in :meth:`ClientSession.data_to_send`)
+Closed = Ended
+
+Event = Ready | Message | Acked | ExtensionReceived | Closed
+
+
+@frozen
+class Outgoing:
+    """A message checked and ready to send (:meth:`ClientSession.prepare`)."""
+
+    destination: str
+    payload: bytes
+    properties: tuple[tuple[str, Any], ...]
+    type_name: str | None

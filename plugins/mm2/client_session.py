@@ -31,11 +31,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from attrs import evolve, frozen
+from attrs import evolve
 
 from msgbroker.clientkit.reconnect import Replay
 from msgbroker.clientkit.session import ClientSession as KitSession
-from msgbroker.clientkit.session import Ended
 from msgbroker.errors import RemoteProtocolError
 
 from . import client_common as common
@@ -43,8 +42,13 @@ from .client_common import (
     BUILTIN_EXTENSIONS,
     DEFAULT_OPTIONAL,
     DEFAULT_REQUIRED,
+    Acked,
+    Event,
+    ExtensionReceived,
     ExtensionSpec,
     Message,
+    Outgoing,
+    Ready,
     as_extensions,
     check_message,
     check_own,
@@ -85,51 +89,6 @@ from .codec import (
     unsupported_required,
 )
 from .handshake import LOGIN_EXTENSION
-
-# -- events ---------------------------------------------------------------------------------
-
-
-@frozen
-class Ready:
-    """The handshake is complete: step 3 is written. ``active`` numbers the extensions."""
-
-    server: Handshake
-    active: ActiveExtensions
-    minor: int
-
-
-@frozen
-class Acked:
-    """The server acknowledged ``count`` published messages (0 for a stale ack)."""
-
-    count: int
-
-
-@frozen
-class ExtensionReceived:
-    """An EXTENSION frame of an active extension the client gives no meaning itself (a
-    vendor ``x-...`` one, say)."""
-
-    extension: Extension
-    payload: bytes
-
-
-#: the session is over: ``error`` says why (the server's ERROR frame, or the client's
-#: refusal, whose ERROR frame is in :meth:`ClientSession.data_to_send`)
-Closed = Ended
-
-Event = Ready | Message | Acked | ExtensionReceived | Closed
-
-
-@frozen
-class Outgoing:
-    """A message checked and ready to send (:meth:`ClientSession.prepare`)."""
-
-    destination: str
-    payload: bytes
-    properties: tuple[tuple[str, Any], ...]
-    type_name: str | None
-
 
 # -- the session ----------------------------------------------------------------------------
 

@@ -16,13 +16,8 @@ from msgbroker.plugins.mm2.client import (
     MM2ProtocolError,
     MM2ServerError,
 )
-from msgbroker.plugins.mm2.client_session import (
-    Acked,
-    ClientSession,
-    Closed,
-    ExtensionReceived,
-    Ready,
-)
+from msgbroker.plugins.mm2.client_common import Acked, Closed, ExtensionReceived, Ready
+from msgbroker.plugins.mm2.client_session import ClientSession
 from msgbroker.plugins.mm2.codec import (
     Command,
     ErrorFrame,
