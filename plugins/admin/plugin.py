@@ -23,7 +23,7 @@ from .settings import ACTIVE, SECTION, admin_settings
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from msgbroker import ConfigSection
+    from msgbroker import BrokerConfig, ConfigSection
     from msgbroker.broker import Broker
 
     from .server import Admin
@@ -70,3 +70,16 @@ def msgbroker_broker_stopped(broker: Broker) -> None:
         return
     broker.remove_plugin(name=ACTIVE)
     admin.stop()
+
+
+@hookimpl
+def msgbroker_reload(broker: Broker, config: BrokerConfig) -> Callable[[], None] | None:
+    """SIGHUP: the admin credential file is read again, and the intervals, the ranking and
+    ``metrics-auth`` follow the new settings; a missing or empty secret file refuses the
+    reload (the old credential stays). The endpoint itself changes at the next start."""
+    admin = running_admin(broker)
+    if admin is None:
+        return None
+    settings = admin_settings(config)
+    secret = settings.secret()  # ConfigError: the reload is refused
+    return lambda: admin.reconfigure(settings, secret)

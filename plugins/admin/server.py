@@ -95,6 +95,35 @@ class Admin:
         if self.settings.sys_interval:
             self._every(self.settings.sys_interval, self.publish_sys, now=True)
 
+    def reconfigure(self, settings: AdminSettings, secret: bytes | None) -> None:
+        """Take reloaded settings: the credential, ``metrics-auth``, the ranking and the
+        intervals (the periodic tasks restart when one changed). The endpoint stays the one
+        it listens on; a new one is logged as waiting for the next start."""
+        old, self.settings = self.settings, settings
+        self.secret = secret
+        self.sampler.top = settings.top_topics
+        if settings.endpoint != old.endpoint:
+            log.info(
+                "admin: the endpoint {endpoint} takes effect at the next start; still on "
+                "{address}",
+                endpoint=settings.endpoint or "(none)",
+                address=self.address,
+            )
+        if (settings.sample_seconds, settings.sys_interval) != (
+            old.sample_seconds,
+            old.sys_interval,
+        ):
+            self._stop_loops()
+            self._every(settings.sample_seconds, self.tick, now=False)
+            if settings.sys_interval:
+                self._every(settings.sys_interval, self.publish_sys, now=True)
+
+    def _stop_loops(self) -> None:
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        self._loops = []
+
     def _every(self, seconds: float, call: Callable[[], None], now: bool) -> None:
         loop = LoopingCall(call)
         loop.clock = self.broker.reactor
@@ -113,10 +142,7 @@ class Admin:
             self.sys.publish(sample)
 
     def stop(self) -> None:
-        for loop in self._loops:
-            if loop.running:
-                loop.stop()
-        self._loops = []
+        self._stop_loops()
         self.root.events.close_all()
         if self.port is not None:
             port, self.port = self.port, None

@@ -7,6 +7,10 @@ from __future__ import annotations
 import http.client
 import json
 
+import pytest
+from attrs import evolve
+
+from msgbroker import ConfigError
 from tests.admin.support import admin_broker, login, poll, value
 from tests.ssmp.e2e_support import WAIT
 
@@ -229,3 +233,29 @@ def test_unknown_paths_are_404(tmp_path):
         status, headers, body = ab.request("GET", "/static/dashboard.js", auth=None)
         assert status == 200 and b"EventSource" in body
         assert headers["content-type"].startswith("text/javascript")
+
+
+def test_a_reload_reads_the_credential_again_and_refuses_an_empty_one(tmp_path):
+    with admin_broker(tmp_path) as ab:
+        broker = ab.broker.service.broker
+        secret_file = tmp_path / "admin.secret"
+
+        def reload_with(**admin: object) -> None:
+            sections = dict(broker.config.sections)
+            sections["admin"] = {**sections["admin"], **admin}
+            ab.call(broker.reload, evolve(broker.config, sections=sections))
+
+        secret_file.write_text("\n")
+        with pytest.raises(ConfigError, match=r"admin secret file .* is empty"):
+            reload_with(metrics_auth=True)
+        assert ab.request("GET", "/api/info")[0] == 200  # the old credential stays
+        assert ab.request("GET", "/metrics", auth=None)[0] == 200  # and the old settings
+
+        secret_file.write_text("the-new-one\n")
+        reload_with(metrics_auth=True, top_topics=3)
+        new = {"Authorization": "Bearer the-new-one"}
+        assert ab.request("GET", "/api/info")[0] == 401  # the old credential no longer
+        info = json.loads(ab.request("GET", "/api/info", auth=None, headers=new)[2])
+        assert info["admin"]["top_topics"] == 3
+        assert ab.request("GET", "/metrics", auth=None)[0] == 401
+        assert ab.request("GET", "/metrics", auth=None, headers=new)[0] == 200
