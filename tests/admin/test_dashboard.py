@@ -51,7 +51,13 @@ def test_the_dashboard_shows_a_publish_live(tmp_path, browser):  # noqa: F811
                     f'{published_cell(topic)}:text-is("{count}")', state="attached"
                 )
         assert page.inner_text("#tile-connections") == "3"
+        page.wait_for_selector('#session-count:text-is("(3)")')  # the list follows
+        assert "dashboard-writer" in page.inner_text("#sessions")
         assert "stmp" in page.inner_text("#legend-connections")
+        # connections are counted whole: so are the grid lines' labels
+        labels = page.locator("#chart-connections text.axis").all_text_contents()
+        numbers = [label for label in labels if label[:1].isdigit()]
+        assert numbers == ["4", "3", "2", "1", "0"], labels
         assert page.locator("#chart-in polyline").count() >= 2  # ssmp and stmp
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)

@@ -32,6 +32,14 @@ function number(value) {
   return Number.isInteger(value) ? String(value) : value.toFixed(1);
 }
 
+// an axis label: short, no trailing ".0" (5 k, 12.5 k, 1.5 M)
+function compact(value) {
+  for (const [unit, size] of [["G", 1e9], ["M", 1e6], ["k", 1e3]]) {
+    if (value >= size) return `${+(value / size).toFixed(1)} ${unit}`;
+  }
+  return String(+value.toFixed(1));
+}
+
 function bytes(value) {
   if (value >= 1 << 30) return (value / (1 << 30)).toFixed(1) + " GiB";
   if (value >= 1 << 20) return (value / (1 << 20)).toFixed(1) + " MiB";
@@ -49,18 +57,19 @@ function duration(seconds) {
   return `up ${s} s`;
 }
 
-// one line per series over the samples; the y axis from 0 to a round maximum
-function chart(svgId, legendId, series) {
+// one line per series over the samples; the y axis from 0 to a round maximum (for
+// whole counts, such as connections, one whose four grid steps are whole too)
+function chart(svgId, legendId, series, whole = false) {
   const svg = $(svgId);
   const W = 600, H = 180, top = 8, bottom = 18, left = 44;
   let max = 0;
   for (const values of Object.values(series)) for (const v of values) max = Math.max(max, v);
-  max = niceMax(max);
+  max = whole ? wholeMax(max) : niceMax(max);
   const parts = [];
   for (let i = 0; i <= 4; i++) {
     const y = top + (H - top - bottom) * i / 4;
     parts.push(`<line class="grid" x1="${left}" x2="${W}" y1="${y}" y2="${y}"/>`);
-    parts.push(`<text class="axis" x="${left - 4}" y="${y + 4}" text-anchor="end">${number(max * (4 - i) / 4)}</text>`);
+    parts.push(`<text class="axis" x="${left - 4}" y="${y + 4}" text-anchor="end">${compact(max * (4 - i) / 4)}</text>`);
   }
   const span = Math.min(HISTORY, Math.max(MIN_SPAN, samples.length));
   parts.push(`<text class="axis" x="${left}" y="${H - 3}">−${Math.round((span - 1) * sampleSeconds)} s</text>`);
@@ -88,6 +97,15 @@ function niceMax(value) {
   const magnitude = Math.pow(10, Math.floor(Math.log10(value)));
   for (const step of [1, 2, 2.5, 5, 10]) if (step * magnitude >= value) return step * magnitude;
   return 10 * magnitude;
+}
+
+// a maximum of four whole grid steps of 1, 2 or 5 times a power of ten
+function wholeMax(value) {
+  const target = value / 4;
+  if (target <= 1) return 4;
+  const magnitude = Math.pow(10, Math.floor(Math.log10(target)));
+  for (const step of [1, 2, 5, 10]) if (step * magnitude >= target) return 4 * step * magnitude;
+  return 40 * magnitude;
 }
 
 function escapeHtml(text) {
@@ -138,7 +156,7 @@ function render() {
   $("tile-dropped").textContent = number(last.totals.dropped);
   $("tile-slow").textContent = number(last.totals.slow_disconnects);
   $("tile-failures").textContent = number(last.totals.login_failures);
-  chart("chart-connections", "legend-connections", seriesOf(s => s.connections));
+  chart("chart-connections", "legend-connections", seriesOf(s => s.connections), true);
   chart("chart-in", "legend-in", seriesOf(rates("messages_in")));
   chart("chart-out", "legend-out", seriesOf(rates("bytes_out")));
   const busiest = last.topics.slice(0, 6).map(t => t.topic);
@@ -176,12 +194,14 @@ function connect() {
     if (samples.length > HISTORY) samples.shift();
     render();
     const now = Date.now();
-    if (now - sessionsLoaded > 2000) loadSessions();
+    // every 2 s, and at once when sessions came or went
+    const open = Object.values(samples[samples.length - 1].connections).reduce((a, b) => a + b, 0);
+    if (now - sessionsLoaded > 2000 || open !== sessionsListed) loadSessions();
     if (now - infoLoaded > 10000) loadInfo();
   });
 }
 
-let sessionsLoaded = 0, infoLoaded = 0;
+let sessionsLoaded = 0, sessionsListed = -1, infoLoaded = 0;
 
 async function loadInfo() {
   infoLoaded = Date.now();
@@ -205,6 +225,7 @@ async function loadSessions() {
   const response = await fetch("/api/sessions", {credentials: "same-origin"});
   if (!response.ok) return;
   const {sessions} = await response.json();
+  sessionsListed = sessions.length;
   $("session-count").textContent = `(${sessions.length})`;
   fillTable("sessions", sessions.map(s => {
     const kick = el("button", {class: "kick", title: "close this session"}, "kick");
