@@ -7,11 +7,16 @@ conftest, with ``from tests.browser import browser``) and calls it with a URL::
         page = browser("http://127.0.0.1:8090/", http_credentials={"username": "a",
                                                                    "password": "b"})
         page.wait_for_selector("#status.on")
-        page.screenshot(path="docs/images/page.png")
+        docs_screenshot(page, "page.png", tmp_path)
 
 Each call starts a browser of its own with a fresh user-data directory (keyword arguments
 go to playwright's ``launch_persistent_context``: ``http_credentials``, ``viewport``, ...)
 and returns its page; every browser is closed when the test ends.
+
+:func:`docs_screenshot` takes a page's picture for the docs: into the test's directory, so
+that a test run leaves the work tree as it found it, and into ``docs/images/`` when
+``MSGBROKER_DOCS_IMAGES=1`` is set (``MSGBROKER_DOCS_IMAGES=1 pytest -m screenshot``
+refreshes every picture the docs show).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
+DOCS_IMAGES = Path(__file__).parents[1] / "docs" / "images"
 #: no GPU, no network but the page's, nothing in the background: a quiet, offline browser
 ARGS = (
     "--headless",
@@ -69,3 +75,12 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., 
         finally:
             for context in contexts:
                 context.close()
+
+
+def docs_screenshot(page: Any, name: str, tmp_path: Path) -> Path:
+    """The whole page as the PNG ``name``, in ``tmp_path`` or, with
+    ``MSGBROKER_DOCS_IMAGES=1``, in docs/images; returns where it is."""
+    where = DOCS_IMAGES if os.environ.get("MSGBROKER_DOCS_IMAGES") == "1" else tmp_path
+    path = where / name
+    page.screenshot(path=str(path), full_page=True)
+    return path

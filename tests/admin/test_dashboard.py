@@ -1,17 +1,18 @@
 """The live dashboard in a real headless Chromium: the page loads behind the admin
 credential, follows the broker over server-sent events, shows a publish made during the
-test, and its screenshot is the one docs/operations.md shows."""
+test; its picture is docs/images/dashboard.png, which docs/operations.md shows, when
+``MSGBROKER_DOCS_IMAGES=1`` (tests/browser.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import pytest
 
 from msgbroker.plugins.stmp.blocking import BlockingSTMPClient
 from tests.admin.support import admin_broker, login
-from tests.browser import browser  # noqa: F401  (the fixture)
+from tests.browser import browser, docs_screenshot  # noqa: F401  (the fixture)
 from tests.ssmp.e2e_support import parse_address
 
-SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "dashboard.png"
+pytestmark = pytest.mark.screenshot
 LISTENERS = ("ssmp=tcp:0:interface=127.0.0.1", "stmp=tcp:0:interface=127.0.0.1")
 
 
@@ -59,9 +60,7 @@ def test_the_dashboard_shows_a_publish_live(tmp_path, browser):  # noqa: F811
         numbers = [label for label in labels if label[:1].isdigit()]
         assert numbers == ["4", "3", "2", "1", "0"], labels
         assert page.locator("#chart-in polyline").count() >= 2  # ssmp and stmp
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOT), full_page=True)
-        assert SCREENSHOT.stat().st_size > 10_000
+        assert docs_screenshot(page, "dashboard.png", tmp_path).stat().st_size > 10_000
         watcher.close()
         writer.close()
         reader.close()

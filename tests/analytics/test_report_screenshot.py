@@ -1,7 +1,8 @@
 """THE SCREENSHOT TEST of the analytics report: index.html of a report over a journal that
 looks like a real broker's, opened in headless Chromium (the ``browser`` fixture of
 tests/browser.py: ``browser(url) -> playwright.sync_api.Page``), checked as a person sees it,
-and saved as docs/images/report.png, the picture docs/analytics.md shows.
+and its picture taken: docs/images/report.png, which docs/analytics.md shows, when
+``MSGBROKER_DOCS_IMAGES=1`` (tests/browser.py).
 
 The report runs its tasks in this process (tests/analytics/report_page.py): no JVM."""
 
@@ -12,12 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.analytics.report_page import FIRST_SESSION_ID, local_report, write_demo_journal
-from tests.browser import browser  # noqa: F401
+from tests.browser import browser, docs_screenshot  # noqa: F401
 
 pytestmark = pytest.mark.screenshot
-
-SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "report.png"
-
 
 def test_the_report_page_in_chromium(browser, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.chdir(tmp_path)  # the page names the journal as given: "journal", not /tmp/...
@@ -38,6 +36,5 @@ def test_the_report_page_in_chromium(browser, tmp_path, monkeypatch):  # noqa: F
     assert f"{FIRST_SESSION_ID:,}" not in text
     assert "Busiest topics" in text
     assert "Nothing was dropped or skipped." not in text
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
-    assert SCREENSHOT.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    shot = docs_screenshot(page, "report.png", tmp_path)
+    assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
