@@ -259,3 +259,16 @@ def test_a_reload_reads_the_credential_again_and_refuses_an_empty_one(tmp_path):
         assert info["admin"]["top_topics"] == 3
         assert ab.request("GET", "/metrics", auth=None)[0] == 401
         assert ab.request("GET", "/metrics", auth=None, headers=new)[0] == 200
+
+
+def test_a_running_admin_endpoint_adds_nothing_to_the_per_message_path(tmp_path):
+    """What it shows comes from counters the broker keeps anyway: with the endpoint
+    running (and scraped), no hook is called per message or per request."""
+    with admin_broker(tmp_path) as ab:
+        broker = ab.broker.service.broker
+        ab.metrics()
+        hooks = ab.call(broker.plugins.bind)
+        assert hooks.message_routed is None
+        assert hooks.run_routed is None
+        assert hooks.authorize is None
+        assert broker.hub.observer is None and broker.hub.run_observer is None
