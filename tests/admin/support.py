@@ -8,7 +8,6 @@ import contextlib
 import http.client
 import json
 import socket
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -73,6 +72,42 @@ class AdminBroker:
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return self.broker.call(fn, *args)
 
+    @contextlib.contextmanager
+    def samples(self) -> Iterator[Callable[[], None]]:
+        """The dashboard's event stream (``/events``) read over HTTP: yields a function that
+        returns once the broker has taken its next sample (``sample_seconds`` on its clock)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)
+        try:
+            conn.request("GET", "/events", headers={"Authorization": f"Bearer {self.secret}"})
+            stream = conn.getresponse()
+            assert stream.status == 200
+
+            def next_sample() -> None:
+                event = ""
+                while True:
+                    line = stream.readline()
+                    assert line, "the event stream ended"
+                    if line.startswith(b"event: "):
+                        event = line[7:].strip().decode()
+                    elif line == b"\n" and event == "sample":
+                        return
+
+            yield next_sample
+        finally:
+            conn.close()
+
+    def poll(self, check: Callable[[], Any], what: str = "", samples: int = 100) -> Any:
+        """Call ``check`` after each of the broker's samples until it returns something true
+        (then return that), or fail after ``samples`` of them. For what the broker samples
+        on its own clock, or a scrape shows as it happens (a journal segment written)."""
+        with self.samples() as next_sample:
+            for _ in range(samples):
+                result = check()
+                if result:
+                    return result
+                next_sample()
+        raise AssertionError(f"not after {samples} samples: {what or check}")
+
 
 @contextlib.contextmanager
 def admin_broker(
@@ -113,19 +148,6 @@ def value(samples: list[Any], **labels: str) -> float | None:
         if sample.labels == labels:
             return sample.value
     return None
-
-
-def poll(check: Callable[[], Any], timeout: float = WAIT, what: str = "") -> Any:
-    """Call ``check`` until it returns something true (then return that), or fail after
-    ``timeout`` seconds. For what the broker samples on its own clock."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what or check}")
-        time.sleep(0.02)
 
 
 class Raw:

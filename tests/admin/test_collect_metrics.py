@@ -3,7 +3,7 @@ reports its state through it)."""
 
 from __future__ import annotations
 
-from tests.admin.support import admin_broker, login, poll, value
+from tests.admin.support import admin_broker, login, value
 
 
 def test_a_plugin_adds_families_through_msgbroker_collect_metrics(tmp_path):
@@ -25,7 +25,7 @@ def test_the_journal_reports_segments_bytes_and_lag(tmp_path):
             segments = value(metrics["msgbroker_journal_segments"])
             return metrics if segments and segments >= 1 else None
 
-        metrics = poll(written, what="a journal segment written")
+        metrics = ab.poll(written, what="a journal segment written")
         assert value(metrics["msgbroker_journal_bytes"]) > 0
         assert value(metrics["msgbroker_journal_records"]) >= 1
         assert value(metrics["msgbroker_journal_dropped_records"]) == 0

@@ -11,7 +11,7 @@ import pytest
 from attrs import evolve
 
 from msgbroker import ConfigError
-from tests.admin.support import admin_broker, login, poll, value
+from tests.admin.support import admin_broker, login, value
 from tests.ssmp.e2e_support import WAIT
 
 
@@ -30,7 +30,7 @@ def test_metrics_parse_and_show_a_publish(tmp_path):
                 return metrics
             return None
 
-        metrics = poll(published, what="news ranked with its 3 messages")
+        metrics = ab.poll(published, what="news ranked with its 3 messages")
         assert value(metrics["msgbroker_messages_received"], protocol="ssmp") == 3
         assert value(metrics["msgbroker_frames_sent"], protocol="ssmp") >= 1
         assert value(metrics["msgbroker_connections"], protocol="ssmp") == 2
@@ -59,7 +59,7 @@ def test_login_failures_and_closes_are_counted(tmp_path):
                 return metrics
             return None
 
-        metrics = poll(closed)
+        metrics = ab.poll(closed)
         assert value(metrics["msgbroker_connections_opened"], protocol="ssmp") == 1
         assert value(metrics["msgbroker_login_failures"]) == 0
 
@@ -192,7 +192,7 @@ def test_sys_topics_are_published_and_never_ranked(tmp_path):
             metrics = ab.metrics()
             return metrics if value(metrics["msgbroker_sys_messages"]) else None
 
-        metrics = poll(sys_counted)
+        metrics = ab.poll(sys_counted)
         ranked = metrics["msgbroker_topic_messages"]
         assert not any(s.labels["topic"].startswith("_sys/") for s in ranked)
         # they are nobody's messages: no protocol received them
