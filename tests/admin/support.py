@@ -7,7 +7,6 @@ import base64
 import contextlib
 import http.client
 import json
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from msgbroker.plugins.admin.plugin import running_admin
 from msgbroker.plugins.admin.server import Admin
-from tests.ssmp.e2e_support import WAIT, RunningBroker, running_broker
+from tests.ssmp.e2e_support import WAIT, RawSSMP, RunningBroker, raw_login, running_broker
+
+#: a raw SSMP client, logged in with ``open`` (tests/ssmp/e2e_support.py)
+login = raw_login
+Raw = RawSSMP
 
 LISTEN = ("ssmp=tcp:0:interface=127.0.0.1",)
 SECRET = "s3cret-admin"
@@ -148,38 +151,3 @@ def value(samples: list[Any], **labels: str) -> float | None:
         if sample.labels == labels:
             return sample.value
     return None
-
-
-class Raw:
-    """A raw SSMP client: bytes out, lines in."""
-
-    def __init__(self, broker: RunningBroker) -> None:
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=WAIT)
-        self.file = self.sock.makefile("rb")
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def line(self) -> bytes:
-        line = self.file.readline()
-        assert line, "the broker closed the connection"
-        return line
-
-    def request(self, data: bytes, reply: bytes = b"200\n") -> None:
-        """Send ``data``; read as many lines as ``reply`` has, which must be it."""
-        self.send(data)
-        got = b"".join(self.line() for _ in range(reply.count(b"\n")))
-        assert got == reply
-
-    def eof(self) -> bool:
-        return self.file.readline() == b""
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
-
-
-def login(broker: RunningBroker, name: str) -> Raw:
-    client = Raw(broker)
-    client.request(b"LOGIN %s open\n" % name.encode())
-    return client

@@ -3,55 +3,19 @@ observing routes), and what it records of messages, runs and sessions."""
 
 from __future__ import annotations
 
-import socket
-
 import pyarrow.dataset as ds
 import pytest
 from twisted.internet.task import Clock
 
 from msgbroker import Broker, BrokerConfig, ConfigError
 from msgbroker.plugins.journal import plugin
-from tests.ssmp.e2e_support import WAIT, running_broker
+from tests.ssmp.e2e_support import RawSSMP, raw_login, running_broker
 
 LISTEN = ("ssmp=tcp:0:interface=127.0.0.1",)
 
 
-class Raw:
-    """A raw SSMP client: bytes out, lines in."""
-
-    def __init__(self, broker) -> None:
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=WAIT)
-        self.file = self.sock.makefile("rb")
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def line(self) -> bytes:
-        line = self.file.readline()
-        assert line, "the broker closed the connection"
-        return line
-
-    def request(self, data: bytes, reply: bytes = b"200\n") -> None:
-        self.send(data)
-        assert self.line() == reply
-
-    def until(self, wanted: bytes) -> None:
-        """Read lines until ``wanted`` comes."""
-        while self.line() != wanted:
-            pass
-
-    def eof(self) -> bool:
-        return self.file.readline() == b""
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
-
-
-def login(broker, name: str) -> Raw:
-    client = Raw(broker)
-    client.request(b"LOGIN %s open\n" % name.encode())
-    return client
+Raw = RawSSMP
+login = raw_login
 
 
 def journal_at(directory, **settings) -> dict:

@@ -20,6 +20,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -280,3 +281,44 @@ def stop_process(process: subprocess.Popen[Any], sig: int) -> int:
             process.kill()
             process.wait()
     return process.returncode
+
+
+class RawSSMP:
+    """A raw SSMP client: bytes out, lines in."""
+
+    def __init__(self, broker: RunningBroker) -> None:
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=WAIT)
+        self.file = self.sock.makefile("rb")
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def line(self) -> bytes:
+        line = self.file.readline()
+        assert line, "the broker closed the connection"
+        return line
+
+    def request(self, data: bytes, reply: bytes = b"200\n") -> None:
+        """Send ``data``; read as many lines as ``reply`` has, which must be it."""
+        self.send(data)
+        got = b"".join(self.line() for _ in range(reply.count(b"\n")))
+        assert got == reply
+
+    def until(self, wanted: bytes) -> None:
+        """Read lines until ``wanted`` comes."""
+        while self.line() != wanted:
+            pass
+
+    def eof(self) -> bool:
+        return self.file.readline() == b""
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def raw_login(broker: RunningBroker, name: str) -> RawSSMP:
+    """A :class:`RawSSMP` logged in as ``name`` with ``open``."""
+    client = RawSSMP(broker)
+    client.request(b"LOGIN %s open\n" % name.encode())
+    return client
