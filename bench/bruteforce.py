@@ -56,6 +56,18 @@ def users_file(python: str, directory: Path) -> Path:
     return path
 
 
+def checked_guesses(text: str) -> int:
+    """The guesses the broker checked against the hash, from its log's rate-limited
+    ``login refused ... (password): wrong password`` lines (each one, and the ``N more
+    like it`` it counts)."""
+    lines = re.findall(
+        r"login refused for 'alice' .*\(password\): wrong password"
+        r"(?: \(and (\d+) more like it since the last line\))?",
+        text,
+    )
+    return sum(1 + int(more or 0) for more in lines)
+
+
 def attempt(port: int, guess: bytes, timeout: float = 30.0) -> bytes:
     with socket.create_connection((HOST, port), timeout=timeout) as sock:
         sock.sendall(b"LOGIN alice password " + guess + b"\n")
@@ -113,10 +125,6 @@ def main(argv: list[str] | None = None) -> int:
         extra = ["--users", str(users), *args.broker_arg]
         with procs.Broker(args.python, log, None, extra) as broker:
             answered, answers, elapsed = attack(broker.port, args.connections, args.seconds)
-            text = log.read_text(errors="replace")
-            checked = len(
-                re.findall(r"login refused for 'alice' .*\(password\): wrong password", text)
-            )
             # the bucket is empty now: how long until the right password gets in?
             started = time.monotonic()
             refused_right = 0
@@ -125,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             waited = time.monotonic() - started
             problems = broker.log_problems()
             command = " ".join(broker.argv[3:])  # after "python -c '...run()'"
+        # read once the broker stopped: refusals are logged one line per address per 10 s,
+        # each saying how many more like it there were, and what is pending is said at exit
+        checked = checked_guesses(log.read_text(errors="replace"))
     print(f"broker: twistd {command}")
     print(f"{args.connections} connections from {HOST} for {elapsed:.1f} s, every guess wrong")
     print(

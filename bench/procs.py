@@ -201,6 +201,9 @@ class Broker(Server):
     binary TCP one too; with ``mm2``, a Micromessage2 one) and ``open`` login."""
 
     kind = "ssmp"
+    #: the /metrics scraper (``scrape_admin``); a class default, for subclasses with an
+    #: ``__init__`` of their own (bench/reload.py)
+    scraper: subprocess.Popen | None = None
 
     def __init__(
         self, python: str, log: Path, cpus: set[int] | None, extra: list[str],
@@ -208,7 +211,6 @@ class Broker(Server):
         scrape_admin: bool = False,
     ) -> None:
         self.log = log
-        self.scraper: subprocess.Popen | None = None
         listeners = ["ssmp"] + (["stmp"] if stmp else []) + (["mm2"] if mm2 else [])
         argv = [
             python, "-c", "from twisted.scripts.twistd import run; run()",
