@@ -44,8 +44,10 @@ LEVELS = {
     "error": LogLevel.error,
 }
 #: what Twisted's ports and factories say each time one starts or stops listening
+#: (a TLS listener's factory is "StreamFactory (TLS)")
 _NOISE = re.compile(
-    r"^(?:\S+ starting on \S+|\(\S+ Port \S+ Closed\)|(?:Starting|Stopping) factory .*)$"
+    r"^(?:\S+(?: \(TLS\))? starting on \S+|\(\S+ Port \S+ Closed\)"
+    r"|(?:Starting|Stopping) factory .*)$"
 )
 
 

@@ -23,6 +23,7 @@ def test_log_filter_drops_twisteds_per_listener_lines_only():
     keep = BrokerLogFilter("info")
     for noise in (
         "BrokerFactory starting on 4444",
+        "StreamFactory (TLS) starting on 4443",
         "(TLSMemoryBIOFactory Port 4443 Closed)",
         "Starting factory <msgbroker.connection.BrokerFactory object at 0x7f>",
         "Stopping factory <x>",
