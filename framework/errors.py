@@ -19,6 +19,12 @@ class RemoteProtocolError(MsgbrokerError):
     """
 
 
+class NotAuthorized(RemoteProtocolError):
+    """A request the peer may not make (``msgbroker_authorize`` refused it), where the
+    protocol's answer is the same as for a broken rule (Micromessage2: an ERROR frame and
+    closing); the session closes as ``not authorized``, not as a protocol error."""
+
+
 class RoutingError(MsgbrokerError):
     """A hub operation that was refused; subclasses say why."""
 

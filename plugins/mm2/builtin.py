@@ -25,6 +25,7 @@ from msgbroker import hookimpl
 from msgbroker.errors import (
     AlreadySubscribed,
     NotAllowed,
+    NotAuthorized,
     NotSubscribed,
     RemoteProtocolError,
 )
@@ -48,7 +49,7 @@ class PubSub(ExtensionHandler):
         assert isinstance(request, codec.Subscribe)
         topic = request.destination
         if broker.authorizes and not broker.authorize(session, "subscribe", topic):
-            raise RemoteProtocolError(f"not allowed to subscribe to {topic[:40]!r}")
+            raise NotAuthorized(f"not allowed to subscribe to {topic[:40]!r}")
         try:
             try:
                 hub.subscribe(session, topic, filters=request.filters, queue=request.queue)

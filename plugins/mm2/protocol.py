@@ -26,7 +26,7 @@ from twisted.logger import Logger
 
 from msgbroker.auth import Accept, AuthResult, LoginRequest
 from msgbroker.connection import ServerSession
-from msgbroker.errors import NoSuchIdentity, RemoteProtocolError
+from msgbroker.errors import NoSuchIdentity, NotAuthorized, RemoteProtocolError
 from msgbroker.message import Kind, Message, MessageRun
 from msgbroker.reasons import CloseReason
 from msgbroker.timers import Timer
@@ -119,7 +119,7 @@ class MM2ServerSession(ServerSession):
             if self.acker is not None and not self.closed:
                 self.acker()
         except RemoteProtocolError as e:
-            self.protocol_error(str(e))
+            self.protocol_error(str(e), refusal_reason(e))
 
     def _handshake_data(self, data: bytes) -> bytes:
         """Feed the handshake; the bytes after it (frames) are returned once it is done."""
@@ -326,7 +326,7 @@ class MM2ServerSession(ServerSession):
         if destination.startswith("@"):
             target = destination[1:]
             if broker.authorizes and not broker.authorize(session, "unicast", target):
-                raise RemoteProtocolError(f"not allowed to unicast to {target[:40]!r}")
+                raise NotAuthorized(f"not allowed to unicast to {target[:40]!r}")
             message = Message(Kind.UCAST, identity, "mm2", target, frame.payload, properties,
                               hint)  # fmt: skip
             try:
@@ -335,7 +335,7 @@ class MM2ServerSession(ServerSession):
                 log.debug("mm2 {who}: unicast to absent {to}", who=identity, to=destination)
             return
         if broker.authorizes and not broker.authorize(session, "publish", destination):
-            raise RemoteProtocolError(f"not allowed to publish to {destination[:40]!r}")
+            raise NotAuthorized(f"not allowed to publish to {destination[:40]!r}")
         message = Message(Kind.MCAST, identity, "mm2", destination, frame.payload, properties, hint)
         self.hub.multicast(session, message)
 
@@ -362,12 +362,13 @@ class MM2ServerSession(ServerSession):
 
     def protocol_error(self, text: str, reason: CloseReason = CloseReason.PROTOCOL_ERROR) -> None:
         """An ERROR frame with ``text``, then close (docs/mm2.md); the close detail is
-        ``text`` for a protocol error."""
+        ``text`` for a protocol error or a request not authorized."""
         if self.closed:
             return
         log.debug("mm2 {host}: {text}", host=self.peer.host, text=text)
         self.reply(codec.encode_frame(codec.ErrorFrame(text[:1000])))
-        self.close(reason, text if reason is CloseReason.PROTOCOL_ERROR else "")
+        detailed = reason in (CloseReason.PROTOCOL_ERROR, CloseReason.NOT_AUTHORIZED)
+        self.close(reason, text if detailed else "")
 
     def _refused_by_peer(self, text: str) -> None:
         log.debug("mm2 {host}: the client sent ERROR {text!r}", host=self.peer.host, text=text)
@@ -380,3 +381,11 @@ class MM2ServerSession(ServerSession):
         taken = self.output.abandon()
         if taken:
             self.hub.redeliver(taken)
+
+
+def refusal_reason(error: RemoteProtocolError) -> CloseReason:
+    """How a session that raised ``error`` closes: a request not authorized, or a broken
+    rule (both answered with an ERROR frame)."""
+    if isinstance(error, NotAuthorized):
+        return CloseReason.NOT_AUTHORIZED
+    return CloseReason.PROTOCOL_ERROR

@@ -9,9 +9,12 @@ import pytest
 
 from msgbroker import BrokerConfig, ConfigError
 from msgbroker.plugins.acl import plugin as acl_plugin
+from msgbroker.plugins.mm2 import codec
+from msgbroker.plugins.mm2.codec import MessageFrame
 from msgbroker.plugins.sbus.addresses import Credentials
 from msgbroker.reasons import CloseReason
 from msgbroker.testing import connect, drive, make_broker
+from tests.mm2.test_session import frames, logged_in
 
 ACL = """\
 user alice
@@ -156,3 +159,20 @@ def test_reload_forgets_the_routes_sbus_remembered(tmp_path):
     pub.feed(b"MSG k/a\0three")
     assert pub.session.close_reason is CloseReason.NOT_AUTHORIZED
     assert sub.received_packets() == [b"MSG k/a\0one", b"MSG k/a\0two"]
+
+
+def test_mm2_requests_refused_close_as_not_authorized(tmp_path):
+    """Micromessage2's answer to a refused request is an ERROR frame and closing, as for a
+    broken rule; the session's end says which it was."""
+    broker = started(config(acl_file(tmp_path, "user pub\ntopic write allowed\n")))
+    for request in (
+        frames(MessageFrame(1, "refused", b"x")),
+        frames(codec.encode_pubsub(codec.Subscribe("allowed"))),
+        frames(MessageFrame(1, "@someone", b"x")),
+    ):
+        driver, _ = logged_in(broker, "pub", "pubsub")
+        driver.feed(request)
+        answers = codec.FrameDecoder().feed(driver.received())
+        assert [type(f) for f in answers] == [codec.ErrorFrame]
+        assert driver.session.close_reason is CloseReason.NOT_AUTHORIZED
+        assert driver.session.close_detail.startswith("not allowed to ")
