@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .markers import hookimpl, hookspec, per_topic
 
 if TYPE_CHECKING:
-    from .auth import Accept, AuthScheme, Deny, LoginRequest
+    from .auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
     from .broker import Broker, ProtocolSpec
     from .config import BrokerConfig, ConfigSection, Listener, Option
     from .errors import ConfigError, MsgbrokerError, RemoteProtocolError
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 #: Twisted and TLS; the ``msgbroker`` clients start without them
 _LAZY = {
     "Accept": "auth",
+    "AuthResult": "auth",
     "AuthScheme": "auth",
     "Deny": "auth",
     "LoginRequest": "auth",
@@ -62,6 +63,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Accept",
+    "AuthResult",
     "AuthScheme",
     "Broker",
     "BrokerConfig",

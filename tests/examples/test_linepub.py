@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -197,3 +198,29 @@ def test_its_twisted_and_blocking_clients_talk_through_the_broker(broker, exampl
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["news bob from the blocking client"]
+
+
+def test_a_password_login_is_decided_later_and_what_follows_it_waits(example_venv, tmp_path):
+    """The password scheme answers later (a hash checked off the reactor): linepub's HELLO
+    takes its answer through Broker.begin_login, as the built-ins do, and the requests
+    that came after the HELLO are handled after it, in order."""
+    users = tmp_path / "users"
+    subprocess.run(
+        [sys.executable, "-c", "from msgbroker.cli import main; main()",
+         "users", "add", str(users), "carol"],
+        input="s3cret\n", text=True, check=True, capture_output=True,
+    )  # fmt: skip
+    with running(
+        example_venv, tmp_path, "--users", str(users), "--auth", "password",
+        protocols=("linepub",),
+    ) as (ports, _, _):  # fmt: skip
+        client = LineClient(ports["linepub"])
+        client.sock.sendall(b"HELLO carol password s3cret\nPING\n")
+        assert client.line() == "OK"
+        assert client.line() == "PONG"
+        client.close()
+        wrong = LineClient(ports["linepub"])
+        wrong.sock.sendall(b"HELLO carol password wrong\nPING\n")
+        assert wrong.line() == "NO login refused"
+        assert wrong.line() == ""  # closed: nothing after a refused HELLO is read
+        wrong.close()

@@ -7,7 +7,7 @@ logins and permissions — exactly what the built-in protocols do.
 
 from __future__ import annotations
 
-from msgbroker import Accept, Kind, LoginRequest, Message
+from msgbroker import Accept, AuthResult, Kind, LoginRequest, Message
 from msgbroker.connection import ServerSession
 from msgbroker.errors import (
     AlreadySubscribed,
@@ -25,6 +25,8 @@ OK = b"OK\n"
 PONG = b"PONG\n"
 #: the broker's keepalive: a client answers it with a PING request of its own
 PING = b"PING\n"
+#: who holds the peer's reading while its login is decided
+_LOGIN_HOLD = "linepub login"
 
 
 def encode_message(message: Message) -> bytes | None:
@@ -47,19 +49,30 @@ class LineServerSession(ServerSession):
     def opened(self) -> None:
         self._decoder = codec.LineDecoder()
         self._ended = False
+        #: requests that came while the login is decided (None: no login pending)
+        self._waiting: list[codec.Request] | None = None
 
     def data_received(self, data: bytes) -> None:
         if self._ended:
             return
         self.touch()
         try:
-            for request in self._decoder.feed(data):
-                self._handle(request)
-                if self._ended:
-                    return
+            self._handle_all(self._decoder.feed(data))
         except RemoteProtocolError as e:
-            self.reply(b"ERR %s\n" % str(e).encode())
-            self._end(CloseReason.PROTOCOL_ERROR, str(e))
+            self._broken(e)
+
+    def _handle_all(self, requests: list[codec.Request]) -> None:
+        for request in requests:
+            if self._waiting is not None:  # after a HELLO not yet decided: in order, later
+                self._waiting.append(request)
+                continue
+            self._handle(request)
+            if self._ended:
+                return
+
+    def _broken(self, error: RemoteProtocolError) -> None:
+        self.reply(b"ERR %s\n" % str(error).encode())
+        self._end(CloseReason.PROTOCOL_ERROR, str(error))
 
     def _handle(self, request: codec.Request) -> None:
         peer = self.peer
@@ -90,7 +103,16 @@ class LineServerSession(ServerSession):
             host=self.peer.host,
             tls_names=self.certificate_names(),
         )
-        result = self.broker.login(self.peer, request)
+        # a scheme may answer later (password: a hash checked in a thread): until then the
+        # requests that follow wait, and the peer's input with them
+        self._waiting = []
+        self.broker.begin_login(self.peer, request, self._login_decided)
+        if self._waiting is not None:
+            self.peer.hold_reading(_LOGIN_HOLD)
+
+    def _login_decided(self, result: AuthResult) -> None:
+        waiting, self._waiting = self._waiting or [], None
+        self.peer.release_reading(_LOGIN_HOLD)
         if not isinstance(result, Accept):
             # like every built-in: answered late, and nothing after it is read
             self._ended = True
@@ -101,6 +123,10 @@ class LineServerSession(ServerSession):
         motd = self.greeting()
         if motd:
             self.reply(b"MOTD %s\n" % motd.encode("utf-8"))
+        try:
+            self._handle_all(waiting)
+        except RemoteProtocolError as e:
+            self._broken(e)
 
     def greeting(self) -> str | None:
         """The message of the day for a client that just logged in: the plugins that
