@@ -95,16 +95,18 @@ class Node:
 
 @contextlib.contextmanager
 def cluster_nodes(
-    url: str, count: int = 3, listeners: tuple[str, ...] = LISTENERS,
+    url: str, count: int = 3, listeners: Any = LISTENERS,
     cluster: dict[str, Any] | None = None, **config: Any,
 ) -> Iterator[list[Node]]:
-    """``count`` nodes on the engine at ``url``, each synced and seeing all the others."""
+    """``count`` nodes on the engine at ``url``, each synced and seeing all the others;
+    ``listeners``: a tuple, or a function of the node's index giving one."""
     thread = reactor_thread()
     settings = {"heartbeat": 0.2, **(cluster or {})}
     nodes: list[Node] = []
     try:
-        for _ in range(count):
-            nodes.append(Node(thread, url, listeners, dict(settings), dict(config)))
+        for index in range(count):
+            listen = listeners(index) if callable(listeners) else listeners
+            nodes.append(Node(thread, url, listen, dict(settings), dict(config)))
         for node in nodes:
             node.synced()
         for node in nodes:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from twisted.internet.task import Clock
 
 from msgbroker import Broker, BrokerConfig, ConfigError, hookimpl
 from msgbroker.config import build_config
 from msgbroker.engine import ClusterSettings, EngineContext, EngineSpec, redact_url, url_scheme
 from msgbroker.testing import make_broker
-from twisted.internet.task import Clock
 
 
 class _Recorder:
