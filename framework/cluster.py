@@ -159,11 +159,12 @@ class Cluster:
             self.engine.beat()
             self.engine.announce(self.header + wire.body(wire.HEARTBEAT), ())
             self.engine.flush()
-        now = self.reactor.seconds()
-        timeout = self.settings.timeout
-        for node in list(self.view.nodes.values()):
-            if now - node.last_heard > timeout:
-                self._gone(node.name, f"no heartbeat for {now - node.last_heard:.1f} s")
+        if self.connected:  # unheard while we hear nobody proves nothing
+            now = self.reactor.seconds()
+            timeout = self.settings.timeout
+            for node in list(self.view.nodes.values()):
+                if now - node.last_heard > timeout:
+                    self._gone(node.name, f"no heartbeat for {now - node.last_heard:.2f} s")
         self._schedule()
 
     # -- from the hub: what may cross ------------------------------------------------------
@@ -333,6 +334,9 @@ class Cluster:
     def engine_connected(self) -> None:
         self.counters.connects += 1
         self.connected = True
+        now = self.reactor.seconds()
+        for node in self.view.nodes.values():
+            node.last_heard = now  # each gets a whole timeout to be heard again
         self._changes.clear()  # the whole state goes now
         self.engine.replace_state(self.local_state())
         self.engine.beat()

@@ -52,6 +52,9 @@ class Node:
     def name(self) -> str:
         return str(self.cluster.node)
 
+    def reactor_seconds(self) -> float:
+        return float(self.thread.reactor.seconds())
+
     def address(self, protocol: str = "ssmp") -> tuple[str, int]:
         return parse_address(self.addresses[protocol])
 
