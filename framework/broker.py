@@ -476,7 +476,19 @@ class Broker:
             f"{self.output_budget.total} bytes queued for {len(self.output_budget.members)} "
             f"slow consumers; routed {stats.routed}, delivered {stats.delivered}, "
             f"dropped {stats.dropped}, skipped {stats.skipped}, refused {stats.refused}; "
-            f"resident memory {resident_bytes() >> 20} MiB"
+            f"resident memory {resident_bytes() >> 20} MiB{self._cluster_status()}"
+        )
+
+    def _cluster_status(self) -> str:
+        cluster = self.cluster
+        if cluster is None:
+            return ""
+        counters = cluster.counters
+        return (
+            f"; cluster: node {cluster.node}, "
+            f"{'connected' if cluster.connected else 'not connected'}, "
+            f"{len(cluster.view.nodes)} other nodes, messages out {counters.messages_out}, "
+            f"in {counters.messages_in}, dropped {counters.dropped}, skipped {counters.skipped}"
         )
 
     def started(self) -> None:

@@ -165,7 +165,7 @@ class RedisEngine:
 
     def _lost(self, reason: str) -> None:
         was_ready, self.ready, self.conn = self.ready, False, None
-        if was_ready:
+        if was_ready and not self._stopped:
             self.context.events.engine_lost(reason)
         self._again()
 

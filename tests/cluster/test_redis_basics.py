@@ -59,3 +59,30 @@ def test_ucast_to_an_identity_on_another_node_and_404_when_nobody_holds_it(
         with pytest.raises(SSMPError) as refused:
             alice.ucast("nobody", b"?")
         assert refused.value.code == 404
+
+
+def test_metrics_say_what_crossed(nodes: list[Node]) -> None:
+    from msgbroker.plugins.admin.hookspecs import collect_metrics
+
+    a, b, _ = nodes
+    with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
+        sub.subscribe("m")
+        wait_for(lambda: a.interested("m"), "a to know b's interest")
+        pub.mcast("m", b"one")
+        sub.next_event(timeout=5)
+
+        def families(node: Node) -> dict[str, float]:
+            found = collect_metrics(node.broker.plugins, node.broker)
+            return {
+                sample.name: sample.value
+                for family in found
+                if family.name.startswith("msgbroker_cluster")
+                for sample in family.samples
+            }
+
+        sent, got = a.call(families, a), b.call(families, b)
+        assert sent["msgbroker_cluster_connected"] == 1
+        assert sent["msgbroker_cluster_nodes"] == 2
+        assert sent["msgbroker_cluster_messages_out_total"] == 1
+        assert got["msgbroker_cluster_messages_in_total"] == 1
+        assert "cluster: node" in a.call(a.broker.status)
