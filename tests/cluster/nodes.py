@@ -34,6 +34,7 @@ class Node:
         self.addresses = {
             listener.protocol: address for listener, address in self.broker.listening
         }
+        self.name: str = self.cluster.node
 
     def _start(self) -> BrokerService:
         service = BrokerService(self.config, self.thread.reactor)
@@ -47,10 +48,6 @@ class Node:
     @property
     def cluster(self) -> Any:
         return self.broker.cluster
-
-    @property
-    def name(self) -> str:
-        return str(self.cluster.node)
 
     def reactor_seconds(self) -> float:
         return float(self.thread.reactor.seconds())

@@ -86,3 +86,55 @@ def test_metrics_say_what_crossed(nodes: list[Node]) -> None:
         assert sent["msgbroker_cluster_messages_out_total"] == 1
         assert got["msgbroker_cluster_messages_in_total"] == 1
         assert "cluster: node" in a.call(a.broker.status)
+
+
+def test_a_node_that_stops_says_bye_and_is_gone_at_once(nodes: list[Node]) -> None:
+    a, b, c = nodes
+    with ssmp(a, "watcher") as watcher, ssmp(c, "leaving") as leaving:
+        watcher.subscribe("room", presence=True)
+        leaving.subscribe("room")
+        assert watcher.next_event(timeout=5).sender == "leaving"
+        c.stop()  # long before a heartbeat could be missed (heartbeat 0.2 s, but a bye)
+        event = watcher.next_event(timeout=5)
+        assert (event.sender, event.subscribed) == ("leaving", False)
+        wait_for(lambda: not a.sees(c) and not b.sees(c), "a and b to forget c")
+        assert a.call(lambda: a.cluster.counters.nodes_gone) == 1
+
+
+def test_a_password_protected_redis_and_a_password_that_never_shows(tmp_path: Path) -> None:
+    from twisted.logger import globalLogPublisher
+
+    from tests.cluster.nodes import LISTENERS
+    from tests.ssmp.e2e_support import reactor_thread
+
+    lines: list[str] = []
+
+    def observe(event: dict[str, object]) -> None:
+        from twisted.logger import formatEvent
+
+        lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        with redis_server(tmp_path, "--requirepass", "s3cret-pw") as redis:
+            good = tmp_path / "password"
+            good.write_text("s3cret-pw\n")
+            with cluster_nodes(redis.url, count=2, cluster={"password-file": str(good)}) as (a, b):
+                with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
+                    sub.subscribe("t")
+                    wait_for(lambda: a.interested("t"), "a to know b's interest")
+                    pub.mcast("t", b"through a password")
+                    assert sub.next_event(timeout=5).payload == b"through a password"
+            url = f"redis://:wrong-s3cret@127.0.0.1:{redis.port}"
+            wrong = Node(reactor_thread(), url, LISTENERS, {"heartbeat": 0.2}, {})
+            try:
+                wait_for(lambda: any("refused the connection" in line for line in lines),
+                         "the refusal to be logged")
+                assert not wrong.call(lambda: wrong.cluster.connected)
+            finally:
+                wrong.stop()
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    text = "\n".join(lines)
+    assert "s3cret" not in text
+    assert "redis://:***@127.0.0.1" in text

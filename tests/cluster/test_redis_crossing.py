@@ -164,6 +164,16 @@ def test_sbus_patterns_receive_across_nodes_and_secret_topics_stay_home(
             pub.mcast("dev/kitchen/temp", b"21")
             # the secret one went first from the same node: the next is the plain one
             assert sub.receive(timeout=WAIT) == Publish(b"dev/kitchen/temp", b"21")
+            for n in range(3):  # sbus to sbus, on sbus's remembered routes too
+                sbus_pub.publish(b"dev/hall/temp", b"%d" % n)
+                assert sub.receive(timeout=WAIT) == Publish(b"dev/hall/temp", b"%d" % n)
+            sub.unsubscribe(b"dev/*/temp")
+            sub.subscribe(b"dev/hall/*")
+            sub.sync()
+            wait_for(lambda: not a.interested("dev/kitchen/temp"), "a to see the change")
+            sbus_pub.publish(b"dev/kitchen/temp", b"no longer")
+            sbus_pub.publish(b"dev/hall/temp", b"still")
+            assert sub.receive(timeout=WAIT) == Publish(b"dev/hall/temp", b"still")
 
 
 def test_a_pipelined_run_crosses_as_one_publication(nodes: list[Node]) -> None:
