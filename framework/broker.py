@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from .auth import AuthResult, AuthScheme, Deny, LoginRequest, implied_by
 from .config import BrokerConfig, Listener, resolve_sections
 from .connection import StreamFactory
+from .engine import ClusterSettings, EngineSpec, default_node_name, redact_url, url_scheme
 from .errors import ConfigError, LimitExceeded
 from .hooks import Plugins
 from .hub import Hub, HubLimits, Peer
@@ -38,6 +39,7 @@ from .tls import ServerTLS
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
+    from .cluster import Cluster
     from .connection import ServerSession
 
 log = Logger(namespace="msgbroker")
@@ -137,6 +139,12 @@ class Broker:
         self.schemes: dict[str, AuthScheme] = {}
         self.plugins.register_auth_schemes(self._register_scheme, self.config, self)
         self.enabled_schemes = self.enabled_schemes_for(self.config)
+        #: engines by the URL schemes that pick them (``msgbroker_register_engines``)
+        self.engines: dict[str, EngineSpec] = {}
+        self.plugins.register_engines(self._register_engine)
+        self.engine = self._engine_for(self.cluster_settings)
+        #: this node of a cluster, made at start for an engine other than ``memory``
+        self.cluster: Cluster | None = None
         #: the TLS listeners' server context, made by :meth:`server_tls` for the first one
         self.tls: ServerTLS | None = None
         self._bind_hooks()
@@ -152,6 +160,29 @@ class Broker:
         if scheme.name in self.schemes:
             raise ConfigError(f"two plugins register the auth scheme {scheme.name!r}")
         self.schemes[scheme.name] = scheme
+
+    def _register_engine(self, spec: EngineSpec) -> None:
+        for scheme in spec.schemes:
+            if scheme in self.engines:
+                raise ConfigError(f"two plugins register the engine URL scheme {scheme!r}")
+            self.engines[scheme] = spec
+
+    @property
+    def cluster_settings(self) -> ClusterSettings:
+        """The ``[cluster]`` section (defaults when no plugin declares it)."""
+        settings = self.config.plugin_settings.get("cluster")
+        return settings if isinstance(settings, ClusterSettings) else ClusterSettings()
+
+    def _engine_for(self, settings: ClusterSettings) -> EngineSpec | None:
+        """The engine ``--cluster`` picks; ConfigError for a scheme no plugin registers."""
+        scheme = url_scheme(settings.url)
+        spec = self.engines.get(scheme)
+        if spec is None and scheme != "memory":
+            known = ", ".join(sorted(self.engines)) or "none"
+            raise ConfigError(
+                f"no engine for --cluster {redact_url(settings.url)!r} (URL schemes: {known})"
+            )
+        return spec
 
     def enabled_schemes_for(self, config: BrokerConfig, warn: bool = True) -> tuple[str, ...]:
         """The auth schemes ``config`` enables; ConfigError for one that is unknown or
@@ -445,11 +476,53 @@ class Broker:
             f"{self.output_budget.total} bytes queued for {len(self.output_budget.members)} "
             f"slow consumers; routed {stats.routed}, delivered {stats.delivered}, "
             f"dropped {stats.dropped}, skipped {stats.skipped}, refused {stats.refused}; "
-            f"resident memory {resident_bytes() >> 20} MiB"
+            f"resident memory {resident_bytes() >> 20} MiB{self._cluster_status()}"
+        )
+
+    def _cluster_status(self) -> str:
+        cluster = self.cluster
+        if cluster is None:
+            return ""
+        counters = cluster.counters
+        return (
+            f"; cluster: node {cluster.node}, "
+            f"{'connected' if cluster.connected else 'not connected'}, "
+            f"{len(cluster.view.nodes)} other nodes, messages out {counters.messages_out}, "
+            f"in {counters.messages_in}, dropped {counters.dropped}, skipped {counters.skipped}"
         )
 
     def started(self) -> None:
+        self.start_cluster()
         self.plugins.broker_started(self)
+
+    def start_cluster(self) -> None:
+        """Join the cluster ``--cluster`` names (nothing for the memory engine); the engine
+        connects in the background, local clients are served meanwhile."""
+        spec = self.engine
+        if spec is None or self.cluster is not None:
+            return
+        from .cluster import Cluster
+
+        node = getattr(self, "node_name", None) or self._default_node_name()  # until i15-nodes
+        self.cluster = Cluster.join(self, spec, self.cluster_settings, node)
+        if self.cluster is not None:
+            self.cluster.start()
+
+    def _default_node_name(self) -> str:  # until i15-nodes
+        port = None
+        if self.listening:
+            text = self.listening[0][1].rsplit(":", 1)[-1]
+            port = int(text) if text.isdigit() else None
+        return default_node_name(port)
+
+    def stop_cluster(self) -> Deferred[None]:
+        """Leave the cluster (at shutdown, once the sessions are gone)."""
+        from twisted.internet.defer import succeed
+
+        cluster, self.cluster = self.cluster, None
+        if cluster is None:
+            return succeed(None)
+        return cluster.stop()
 
     def stopping(self) -> None:
         """The service begins to stop (``msgbroker_broker_stopping``)."""

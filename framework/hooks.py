@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .broker import Broker, ProtocolSpec
     from .commands import Command
     from .config import BrokerConfig
+    from .engine import EngineSpec
     from .message import Message, MessageRun, RouteResult
     from .session import Session
 
@@ -234,6 +235,9 @@ class Plugins:
         self._pm.hook.msgbroker_register_auth_schemes(
             register=register, config=config, broker=broker
         )
+
+    def register_engines(self, register: Callable[[EngineSpec], None]) -> None:
+        self._pm.hook.msgbroker_register_engines(register=register)
 
     def config_sections(self) -> tuple[ConfigSection[Any], ...]:
         """Every section the plugins declare, checked: one name once, one flag once."""

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .broker import Broker, ProtocolSpec
     from .commands import RegisterCommand
     from .config import BrokerConfig
+    from .engine import EngineSpec
     from .message import Message, MessageRun, RouteResult
     from .sections import ConfigSection
     from .session import Session
@@ -104,6 +105,18 @@ def msgbroker_register_auth_schemes(
     (e.g. ``secret_file``); ``broker`` the broker being built (its ``reactor``; its plugins'
     ``state``). A scheme is offered to clients only when ``--auth NAME`` enables it, or
     its ``implied_by(config)`` says its settings do (``password`` with ``--users``).
+    """
+
+
+@hookspec
+def msgbroker_register_engines(register: Callable[[EngineSpec], None]) -> None:
+    """Register cluster engines.
+
+    Call ``register(EngineSpec(name, schemes, build))`` once per engine
+    (:mod:`msgbroker.engine`): ``--cluster URL`` picks the engine whose ``schemes`` hold the
+    URL's scheme (``redis`` for ``redis://host:6379``; an empty URL is ``memory``, the
+    single-node default). ``build(context)`` makes the :class:`msgbroker.engine.Engine`
+    when the broker starts (``None``: no cluster). Two engines with one scheme are an error.
     """
 
 

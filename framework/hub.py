@@ -20,7 +20,7 @@ can never overtake the SUBSCRIBE event it follows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     AlreadySubscribed,
@@ -41,8 +41,12 @@ from .topics import (
     Peer,
     Topic,
     presence_snapshot,
+    sharing,
     with_filtered,
 )
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
 
 __all__ = ["Hub", "HubLimits", "HubStats", "Peer", "RouteObserver", "Topic"]
 
@@ -85,6 +89,9 @@ class Hub:
         #: the broker's hooks): a protocol may cache a topic's recipients while this stays
         #: the same (:mod:`msgbroker.routecache`)
         self.generation = 0
+        #: the other nodes of a cluster (:mod:`msgbroker.cluster`), told of what may
+        #: concern them; ``None`` on a lone node (the memory engine): nothing more to do
+        self.cluster: Cluster | None = None
 
     # -- identities ---------------------------------------------------------------------
 
@@ -103,7 +110,18 @@ class Hub:
                 self.stats.kicked += 1
                 old.kick("identity logged in elsewhere")
             self.identities[identity] = peer
+            if self.cluster is not None:
+                self.cluster.claimed(identity)
         peer.identity = identity
+
+    def kick(self, identity: str, reason: str) -> None:
+        """Close the local holder of ``identity`` (another node's login took it), as a
+        login here would: it leaves every topic first (presence events), then is kicked."""
+        old = self.identities.get(identity)
+        if old is not None:
+            self.close(old)
+            self.stats.kicked += 1
+            old.kick(reason)
 
     def lookup(self, identity: str) -> Peer | None:
         return self.identities.get(identity)
@@ -146,7 +164,11 @@ class Hub:
                 self._refuse(peer, LimitExceeded("max-topics", f"{len(self.topics)} topics"))
             topic = self.topics[topic_name] = Topic(topic_name)
             self._topics_peak = max(self._topics_peak, len(self.topics))
+        cluster = self.cluster
         snapshot = presence_snapshot(topic, None) if presence else []
+        if presence and cluster is not None:
+            snapshot += cluster.presence_snapshot(topic_name)
+        first = not topic.members
         topic.members[peer] = presence
         filters = tuple(filters)
         if queue is not None:
@@ -179,6 +201,8 @@ class Hub:
             self._fan_out(event, topic.watchers, None)
         if presence:
             topic.watchers[peer] = None
+        if cluster is not None:
+            cluster.joined(peer, topic_name, presence, first)
         return snapshot
 
     def watch(self, peer: Peer, topic_name: str) -> list[Message]:
@@ -193,7 +217,12 @@ class Hub:
             return []
         topic.members[peer] = True
         topic.watchers[peer] = None
-        return presence_snapshot(topic, peer)
+        snapshot = presence_snapshot(topic, peer)
+        cluster = self.cluster
+        if cluster is not None:
+            snapshot += cluster.presence_snapshot(topic_name)
+            cluster.joined(peer, topic_name, True, False)
+        return snapshot
 
     def unsubscribe(self, peer: Peer, topic_name: str) -> None:
         """Remove ``peer`` from ``topic_name`` and tell the topic's presence watchers."""
@@ -226,6 +255,8 @@ class Hub:
         elif topic.watchers:
             event = Message(Kind.UNSUBSCRIBE, peer.identity or ANONYMOUS, peer.protocol, topic.name)
             self._fan_out(event, topic.watchers, None)
+        if self.cluster is not None:
+            self.cluster.left(peer, topic.name, not topic.members)
 
     def subscribe_pattern(self, peer: Peer, pattern: str) -> None:
         """Deliver to ``peer`` every MCAST whose topic matches ``pattern`` (sbus rules: see
@@ -237,6 +268,8 @@ class Hub:
         self.patterns.add(peer, pattern)
         self._pattern_groups.clear()
         self.generation += 1
+        if self.cluster is not None:
+            self.cluster.pattern_added(pattern)
 
     def unsubscribe_pattern(self, peer: Peer, pattern: str) -> bool:
         """Remove one copy of ``pattern`` from ``peer``; False when it held none."""
@@ -244,6 +277,8 @@ class Hub:
         if removed:
             self._pattern_groups.clear()
             self.generation += 1
+            if self.cluster is not None:
+                self.cluster.pattern_removed(pattern)
         return removed
 
     # -- limits ----------------------------------------------------------------------------
@@ -300,12 +335,19 @@ class Hub:
         """
         for topic in list(peer.subscriptions.values()):
             self._leave(peer, topic)
-        if self.patterns and self.patterns.remove_all(peer):
-            self._pattern_groups.clear()
-            self.generation += 1
+        cluster = self.cluster
+        if self.patterns:
+            held = self.patterns.patterns_of(peer) if cluster is not None else ()
+            if self.patterns.remove_all(peer):
+                self._pattern_groups.clear()
+                self.generation += 1
+                for pattern in held:
+                    cluster.pattern_removed(pattern)  # type: ignore[union-attr]
         identity = peer.identity
         if identity is not None and self.identities.get(identity) is peer:
             del self.identities[identity]
+            if cluster is not None:
+                cluster.released(identity)
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -318,6 +360,8 @@ class Hub:
         """
         self.source = sender
         exclude = None if echo else sender
+        if self.cluster is not None:
+            self.cluster.multicast(message)
         topic = self.topics.get(message.topic)  # type: ignore[arg-type]
         if topic is not None:
             topic.published += 1
@@ -398,7 +442,15 @@ class Hub:
     def multicast_run(self, sender: Peer | None, run: MessageRun) -> int:
         """Deliver ``run.count`` MCASTs to one topic at once: one frame per recipient (see
         :func:`msgbroker.runs.multicast_run`)."""
-        return multicast_run(self, sender, run)
+        cluster = self.cluster
+        if cluster is None:
+            return multicast_run(self, sender, run)
+        cluster.multicast_run(run)  # the run crosses as one
+        self.cluster = None  # routed here message by message, perhaps: not sent again
+        try:
+            return multicast_run(self, sender, run)
+        finally:
+            self.cluster = cluster
 
     def unicast(self, message: Message) -> int:
         """Deliver a UCAST to the identity ``message.topic``; :class:`NoSuchIdentity` if absent.
@@ -408,6 +460,9 @@ class Hub:
         """
         target = self.identities.get(message.topic)  # type: ignore[arg-type]
         if target is None:
+            if self.cluster is not None and self.cluster.unicast(message):
+                self.stats.routed += 1
+                return 1  # another node holds it
             raise NoSuchIdentity(message.topic)
         return self._route(message, {target.encode: {target: None}}, None)
 
@@ -415,21 +470,22 @@ class Hub:
         """Deliver a BCAST once to every peer sharing at least one topic with ``sender``."""
         if sender.identity is None or sender.identity == ANONYMOUS:
             raise NotAllowed("anonymous sessions cannot broadcast")
-        groups: dict[Encoder, dict[Peer, None]] = {}
-        for topic in sender.subscriptions.values():
-            for encoder, members in topic.by_encoder.items():
-                group = groups.get(encoder)
-                if group is None:
-                    groups[encoder] = dict(members)
-                else:
-                    group.update(members)
-            if topic.filtered:  # filters are for MCASTs: filtered members share the topic
-                for peer in topic.filtered:
-                    groups.setdefault(peer.encode, {})[peer] = None
-            for queue in (topic.queues or {}).values():  # so do queue members
-                for peer in queue.members:
-                    groups.setdefault(peer.encode, {})[peer] = None
-        return self._route(message, groups, sender)
+        if self.cluster is not None:
+            self.cluster.broadcast(sender.subscriptions, message)
+        return self._route(message, sharing(sender.subscriptions.values()), sender)
+
+    def broadcast_to(self, topic_names: Iterable[str], message: Message) -> int:
+        """Deliver a BCAST from another node once to every local member of these topics."""
+        topics = self.topics
+        found = [topics[name] for name in topic_names if name in topics]
+        return self._route(message, sharing(found), None)
+
+    def presence_event(self, event: Message) -> None:
+        """A member on another node joined or left ``event.topic``: tell the local watchers."""
+        topic = self.topics.get(event.topic)  # type: ignore[arg-type]
+        if topic is not None and topic.watchers:
+            self._fan_out(event, topic.watchers, None)
+
 
     def _route(
         self, message: Message, groups: dict[Encoder, dict[Peer, None]], sender: Peer | None

@@ -128,6 +128,8 @@ class RouteCache:
         hub = self.hub
         if hub.observer is not None or topic in hub.topics:
             return False
+        if hub.cluster is not None and hub.cluster.interested(topic):
+            return False  # it crosses to other nodes too
         groups = hub.pattern_recipients(topic) if hub.patterns else {}
         encode = self.encode
         if any(encoder is not encode for encoder in groups):

@@ -285,6 +285,7 @@ class BrokerService(service.MultiService):
             yield defer.DeferredList(waits)
             if timeout.active():
                 timeout.cancel()
+        yield broker.stop_cluster()
         broker.stopped()
 
 

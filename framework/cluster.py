@@ -1,0 +1,564 @@
+"""A node of a cluster: what crosses to the other nodes and what comes from them, on any
+engine (:mod:`msgbroker.engine`).
+
+The hub calls the node when something may concern other nodes (``hub.cluster``; ``None``
+with the memory engine, so a lone broker does nothing more per message):
+
+- **publications**: an MCAST (or a pipelined run) crosses only when some other node has
+  interest in its topic — a member (its per-topic channel) or a matching sbus pattern (a
+  message to that node) — which the node knows from its replicated view, without a round
+  trip. Secret topics (``!/cred/``) never cross. What crosses is collected during the
+  received chunk and written when the broker's batcher flushes: one engine write per chunk,
+  one publication per topic or node, each message encoded once (msgpack).
+- **UCAST** to an identity no local session holds goes to the node holding it; **BCAST**
+  to the nodes with members in the sender's topics.
+- **state**: each topic member, sbus pattern and identity is a field of this node's state,
+  announced to every node and stored by the engine for those that (re)connect later.
+  A node's announcements reach every node in one order, so an identity claimed on two
+  nodes at once ends with the later claim: the earlier holder is kicked (a node does not
+  give way to a claim that came before its own, still unannounced one).
+
+From the other nodes come publications (delivered to the local sessions through the hub,
+which does not send them on) and announcements (the view, presence events for local
+watchers, kicks). Nodes beat every ``heartbeat``; one not heard from for ``node_timeout``
+is gone: its members leave (presence events), its identities are free.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from attrs import asdict, define
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from . import clusterwire as wire
+from .clusterview import MemberEvent, RemoteNode, RemoteView
+from .engine import ClusterSettings, Engine, EngineContext, EngineSpec
+from .errors import NoSuchIdentity
+from .message import ANONYMOUS, Kind, Message, MessageRun
+from .patterns import CRED_PREFIX
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .topics import Peer
+
+log = Logger(namespace="msgbroker.cluster")
+
+#: a topic's route when no other node wants it
+_NOWHERE: tuple[bool, tuple[str, ...]] = (False, ())
+
+
+@define
+class ClusterCounters:
+    """What crossed, counted once per message (plain ints, read by metrics)."""
+
+    #: messages this node sent to others, and received from them
+    messages_out: int = 0
+    messages_in: int = 0
+    #: publications written (one per topic or node per flush) and received
+    publications_out: int = 0
+    publications_in: int = 0
+    bytes_out: int = 0
+    bytes_in: int = 0
+    #: messages that could not cross (engine away, or its buffer full)
+    dropped: int = 0
+    #: malformed or foreign publications skipped, and received UCASTs whose target had left
+    skipped: int = 0
+    #: nodes seen gone (timeout or bye), and connections to the engine made
+    nodes_gone: int = 0
+    connects: int = 0
+
+
+class Cluster:
+    """This node of a cluster (see the module docstring)."""
+
+    def __init__(self, broker: Broker, settings: ClusterSettings, node: str) -> None:
+        self.broker = broker
+        self.hub = broker.hub
+        self.reactor = broker.reactor
+        self.settings = settings
+        self.node = node
+        #: this run of the node (a restarted node with the same name is another)
+        self.epoch = os.urandom(6).hex()
+        self.header = wire.header(node, self.epoch)
+        self.view = RemoteView()
+        self.counters = ClusterCounters()
+        self.connected = False
+        #: identity -> our claims announced but not yet seen come back
+        self._claims: dict[str, int] = {}
+        #: local sbus patterns (never secret ones) -> copies held
+        self._patterns: dict[str, int] = {}
+        #: topic -> route (channel wanted, nodes by pattern), until the view changes
+        self._routes: dict[str, tuple[bool, tuple[str, ...]]] = {}
+        self._routes_generation = -1
+        self._view_generation = 0
+        # what waits for the batcher's flush
+        #: (to a node?, topic or node, items), in the order they were started
+        self._batches: list[tuple[bool, str, list[Any]]] = []
+        #: the targets of the last message queued, and their batches' items
+        self._last_targets: Any = None
+        self._last_items: list[list[Any]] = []
+        self._changes: list[tuple[bytes, bytes | None]] = []
+        self._marked = False
+        self._snapshotting = False
+        self._synced_waiters: list[Deferred[None]] = []
+        self._timer: Any = None
+        self._ticks = 0
+        self._stopping = False
+        self.engine: Engine
+
+    @classmethod
+    def join(
+        cls, broker: Broker, spec: EngineSpec, settings: ClusterSettings, node: str
+    ) -> Cluster | None:
+        """This node, on the engine ``spec`` builds; ``None`` when it builds none (memory)."""
+        cluster = cls(broker, settings, node)
+        context = EngineContext(
+            node, settings.url, settings, cluster.reactor, cluster, cluster._log_trouble
+        )
+        engine = spec.build(context)
+        if engine is None:
+            return None
+        cluster.engine = engine
+        return cluster
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.hub.cluster = self
+        self.engine.start()
+        self._schedule()
+
+    def stop(self) -> Deferred[None]:
+        """Leave the cluster: say bye, let the engine delete this node's state, close."""
+        self._stopping = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self.flush()
+        self.engine.announce(self.header + wire.body(wire.BYE), ())
+        self.hub.cluster = None
+        return self.engine.stop()
+
+    def when_synced(self) -> Deferred[None]:
+        """Fires once the engine is connected and the other nodes' state is read (at once
+        when it is now)."""
+        d: Deferred[None] = Deferred()
+        if self.connected and not self._snapshotting:
+            d.callback(None)
+        else:
+            self._synced_waiters.append(d)
+        return d
+
+    def _schedule(self) -> None:
+        self._timer = self.reactor.callLater(self.settings.heartbeat / 4, self._tick)
+
+    def _tick(self) -> None:
+        """Every quarter heartbeat: beat on every fourth, and see who is gone."""
+        self._ticks += 1
+        if self._ticks % 4 == 1 and self.connected:
+            self.engine.beat()
+            self.engine.announce(self.header + wire.body(wire.HEARTBEAT), ())
+            self.engine.flush()
+        if self.connected:  # unheard while we hear nobody proves nothing
+            now = self.reactor.seconds()
+            timeout = self.settings.timeout
+            for node in list(self.view.nodes.values()):
+                if now - node.last_heard > timeout:
+                    self._gone(node.name, f"no heartbeat for {now - node.last_heard:.2f} s")
+        self._schedule()
+
+    # -- from the hub: what may cross ------------------------------------------------------
+
+    def route(self, topic: str) -> tuple[bool, tuple[str, ...]]:
+        """``(some node has members in topic, nodes whose patterns only match it)``."""
+        view = self.view
+        if self._routes_generation != view.generation:
+            self._routes.clear()
+            self._routes_generation = view.generation
+        route = self._routes.get(topic)
+        if route is None:
+            if topic.startswith(CRED_PREFIX):
+                route = _NOWHERE
+            else:
+                exact = topic in view.topic_nodes
+                by_pattern = tuple(view.pattern_nodes(topic))
+                route = (exact, by_pattern) if exact or by_pattern else _NOWHERE
+            if len(self._routes) >= 65_536:
+                self._routes.clear()
+            self._routes[topic] = route
+        return route
+
+    def interested(self, topic: str) -> bool:
+        """Whether another node wants what is published on ``topic``."""
+        return self.route(topic) is not _NOWHERE
+
+    def multicast(self, message: Message) -> None:
+        route = self.route(message.topic)  # type: ignore[arg-type]
+        if route is not _NOWHERE:
+            self._queue(route, message.topic, wire.message_item(message))  # type: ignore[arg-type]
+
+    def multicast_run(self, run: MessageRun) -> None:
+        route = self.route(run.topic)
+        if route is not _NOWHERE:
+            self._queue(route, run.topic, wire.run_item(run))
+
+    def _queue(self, route: tuple[bool, tuple[str, ...]], topic: str, item: Any) -> None:
+        targets = (topic, route)
+        if targets == self._last_targets:
+            for items in self._last_items:  # the batches started last: order is kept
+                items.append(item)
+            return
+        exact, nodes = route
+        started = [(False, topic, [item])] if exact else []
+        started += [(True, node, [item]) for node in nodes]
+        self._start(targets, started)
+
+    def _start(self, targets: Any, started: list[tuple[bool, str, list[Any]]]) -> None:
+        """New batches for a message whose targets differ from the last one's: a node
+        receives the publications in the order they are written, so a message may join
+        only the batches started last (consecutive messages to one topic: one batch)."""
+        self._batches += started
+        self._last_targets = targets
+        self._last_items = [items for _, _, items in started]
+        self._mark()
+
+    def unicast(self, message: Message) -> bool:
+        """A UCAST to an identity no local session holds: True when a node holds it."""
+        node = self.view.identities.get(message.topic)  # type: ignore[arg-type]
+        if node is None:
+            return False
+        self._to_nodes([node], wire.message_item(message))
+        return True
+
+    def broadcast(self, topics: Iterable[str], message: Message) -> None:
+        topics = list(topics)
+        nodes = self.view.nodes_in(topics)
+        if nodes:
+            self._to_nodes(sorted(nodes), wire.broadcast_item(message, topics))
+
+    def _to_nodes(self, nodes: list[str], item: Any) -> None:
+        targets = tuple(nodes)
+        if targets == self._last_targets:
+            for items in self._last_items:
+                items.append(item)
+        else:
+            self._start(targets, [(True, node, [item]) for node in nodes])
+
+    def presence_snapshot(self, topic: str) -> list[Message]:
+        """One SUBSCRIBE event per member of ``topic`` on other nodes."""
+        members = self.view.members.get(topic, {})
+        return [
+            Message(Kind.SUBSCRIBE, identity, protocol, topic, presence=presence)
+            for (_node, identity), (protocol, presence) in members.items()
+        ]
+
+    # -- from the hub: this node's state ---------------------------------------------------
+
+    def joined(self, peer: Peer, topic: str, presence: bool, first: bool) -> None:
+        """``peer`` joined ``topic`` (or turned presence on): ``first`` when it is the
+        topic's first local member (the engine listens from now on)."""
+        if first:
+            self.engine.listen(topic)
+        self._change(
+            wire.member_field(topic, peer.identity or ANONYMOUS),
+            wire.member_value(peer.protocol, presence),
+        )
+
+    def left(self, peer: Peer, topic: str, last: bool) -> None:
+        self._change(wire.member_field(topic, peer.identity or ANONYMOUS), None)
+        if last:
+            self.engine.unlisten(topic)
+
+    def claimed(self, identity: str) -> None:
+        self._claims[identity] = self._claims.get(identity, 0) + 1
+        self._change(wire.identity_field(identity), b"")
+
+    def released(self, identity: str) -> None:
+        self._change(wire.identity_field(identity), None)
+
+    def pattern_added(self, pattern: str) -> None:
+        if pattern.startswith(CRED_PREFIX):
+            return  # credentials are host-local: a secret pattern never crosses
+        held = self._patterns.get(pattern, 0)
+        self._patterns[pattern] = held + 1
+        if not held:
+            self._change(wire.pattern_field(pattern), b"")
+
+    def pattern_removed(self, pattern: str) -> None:
+        held = self._patterns.get(pattern, 0)
+        if held > 1:
+            self._patterns[pattern] = held - 1
+        elif held:
+            del self._patterns[pattern]
+            self._change(wire.pattern_field(pattern), None)
+
+    def _change(self, key: bytes, value: bytes | None) -> None:
+        self._changes.append((key, value))
+        self._mark()
+
+    def local_state(self) -> dict[bytes, bytes]:
+        """This node's whole state, from the hub (stored again after a (re)connect)."""
+        state: dict[bytes, bytes] = {}
+        for name, topic in self.hub.topics.items():
+            for member, presence in topic.members.items():
+                key = wire.member_field(name, member.identity or ANONYMOUS)
+                state[key] = wire.member_value(member.protocol, presence)
+        for pattern in self._patterns:
+            state[wire.pattern_field(pattern)] = b""
+        for identity in self.hub.identities:
+            state[wire.identity_field(identity)] = b""
+        return state
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _mark(self) -> None:
+        if not self._marked:
+            self._marked = True
+            self.broker.batcher.mark(self)
+
+    def flush(self) -> None:
+        """Write what was collected (the broker's batcher calls this): one publication per
+        batch (consecutive messages to the same targets), then one engine write."""
+        self._marked = False
+        engine, head, counters = self.engine, self.header, self.counters
+        if self._changes:
+            changes, self._changes = self._changes, []
+            if self.connected:
+                data = head + wire.body(wire.CHANGES, [list(c) for c in changes])
+                engine.announce(data, changes)
+            # when not connected, the whole state is stored again on connect
+        sent = dropped = 0
+        batches, self._batches = self._batches, []
+        self._last_targets, self._last_items = None, []
+        for to_node, target, items in batches:
+            data = head + wire.body(wire.MESSAGES, items)
+            count = sum(len(i[4]) if i[0] == "r" else 1 for i in items)
+            if (engine.send if to_node else engine.publish)(target, data):
+                counters.publications_out += 1
+                counters.bytes_out += len(data)
+                sent += count
+            else:
+                dropped += count
+        counters.messages_out += sent
+        if dropped:
+            counters.dropped += dropped
+            self._log_trouble("dropped", f"cluster: messages could not cross ({dropped} now)")
+        engine.flush()
+
+    # -- from the engine -------------------------------------------------------------------
+
+    def engine_connected(self) -> None:
+        self.counters.connects += 1
+        self.connected = True
+        now = self.reactor.seconds()
+        for node in self.view.nodes.values():
+            node.last_heard = now  # each gets a whole timeout to be heard again
+        self._changes.clear()  # the whole state goes now
+        self.engine.replace_state(self.local_state())
+        self.engine.beat()
+        self.engine.announce(self.header + wire.body(wire.JOIN), ())
+        self.engine.flush()
+        log.info(
+            "cluster: node {node} connected to {engine}",
+            node=self.node,
+            engine=self.engine.status().get("url", "the engine"),
+        )
+        self._snapshotting = True
+        self.engine.snapshot(None).addCallbacks(self._snapshot_read, self._snapshot_failed)
+
+    def _snapshot_read(self, states: dict[str, Any]) -> None:
+        now = self.reactor.seconds()
+        for name, state in states.items():
+            if name == self.node:
+                continue
+            node = self.view.nodes.get(name)
+            if node is None:
+                node = self.view.nodes[name] = RemoteNode(name, "", now)
+            node.last_heard = now
+            self._apply_events(self.view.replace(node, state), announced=False)
+        self._synced()
+
+    def _snapshot_failed(self, failure: Any) -> None:
+        self._log_trouble("snapshot", f"cluster: could not read the other nodes' state: "
+                          f"{failure.getErrorMessage()}")
+        self._synced()
+
+    def _synced(self) -> None:
+        self._snapshotting = False
+        self.broker.batcher.flush()
+        waiters, self._synced_waiters = self._synced_waiters, []
+        for d in waiters:
+            d.callback(None)
+
+    def engine_lost(self, reason: str) -> None:
+        if self.connected:
+            log.info("cluster: lost the engine ({reason}); reconnecting", reason=reason)
+        self.connected = False
+
+    def delivered(self, data: bytes) -> None:
+        if data.startswith(self.header):
+            return  # our own publication, on a topic we listen on too
+        counters = self.counters
+        counters.publications_in += 1
+        counters.bytes_in += len(data)
+        try:
+            _node, _epoch, op, items = wire.decode(data)
+            if op != wire.MESSAGES or not isinstance(items, list):
+                items = [None]  # not an item: refused below
+            decoded = [wire.read_item(item) for item in items]
+        except wire.WireError as e:
+            self._skip(str(e))
+            return
+        hub = self.hub
+        hub.cluster = None  # what comes from another node is not sent on
+        try:
+            for what in decoded:
+                if isinstance(what, MessageRun):
+                    counters.messages_in += what.count
+                    hub.multicast_run(None, what)
+                elif isinstance(what, tuple):
+                    counters.messages_in += 1
+                    hub.broadcast_to(what[1], what[0])
+                elif what.kind is Kind.UCAST:
+                    counters.messages_in += 1
+                    try:
+                        hub.unicast(what)
+                    except NoSuchIdentity:
+                        counters.skipped += 1  # it left meanwhile
+                else:
+                    counters.messages_in += 1
+                    hub.multicast(None, what)
+        finally:
+            hub.cluster = self
+
+    def chunk_done(self) -> None:
+        self.broker.batcher.flush()
+
+    def announced(self, data: bytes) -> None:
+        try:
+            name, epoch, op, items = wire.decode(data)
+            changes = wire.read_changes(items) if op == wire.CHANGES else ()
+        except wire.WireError as e:
+            self._skip(str(e))
+            return
+        if name == self.node:
+            if epoch == self.epoch:
+                self._own(changes)
+            else:
+                self._log_trouble("twin", f"cluster: another node is named {name!r} too")
+            return
+        view = self.view
+        node = view.nodes.get(name)
+        if node is not None and node.epoch and node.epoch != epoch:
+            self._gone(name, "restarted")
+            node = None
+        now = self.reactor.seconds()
+        if node is None:
+            if op == wire.BYE:
+                return
+            node = view.nodes[name] = RemoteNode(name, epoch, now, syncing=True)
+            node.waiting.append((op, changes))
+            self._read_node(node)
+            return
+        node.epoch = epoch
+        node.last_heard = now
+        if node.syncing:
+            node.waiting.append((op, changes))
+            return
+        self._handle(node, op, changes)
+
+    def _handle(self, node: RemoteNode, op: str, changes: Any) -> None:
+        if op == wire.CHANGES:
+            self._apply_events(self.view.apply(node, changes), announced=True)
+        elif op == wire.JOIN:
+            node.syncing = True
+            self._read_node(node)
+        elif op == wire.BYE:
+            self._gone(node.name, "left")
+
+    def _read_node(self, node: RemoteNode) -> None:
+        def read(states: dict[str, Any]) -> None:
+            if self.view.nodes.get(node.name) is not node:
+                return
+            state = states.get(node.name)
+            if state is not None:
+                self._apply_events(self.view.replace(node, state), announced=False)
+            node.syncing = False
+            waiting, node.waiting = node.waiting, []
+            for op, changes in waiting:
+                if op != wire.JOIN:
+                    self._handle(node, op, changes)
+            self.broker.batcher.flush()
+
+        def failed(failure: Any) -> None:
+            node.syncing = False
+            self._log_trouble("snapshot", f"cluster: could not read node {node.name}'s state")
+
+        self.engine.snapshot([node.name]).addCallbacks(read, failed)
+
+    def _own(self, changes: Any) -> None:
+        """Our own announcement came back: our claims in it are now in everyone's order."""
+        for key, value in changes:
+            if value is not None:
+                what = wire.read_field(key)
+                if what is not None and what[0] == wire.IDENTITY:
+                    left = self._claims.get(what[1], 0) - 1
+                    if left > 0:
+                        self._claims[what[1]] = left
+                    else:
+                        self._claims.pop(what[1], None)
+
+    def _apply_events(
+        self, result: tuple[list[MemberEvent], list[str]], announced: bool
+    ) -> None:
+        events, claims = result
+        hub = self.hub
+        for event in events:
+            kind = Kind.SUBSCRIBE if event.joined else Kind.UNSUBSCRIBE
+            hub.presence_event(
+                Message(kind, event.identity, event.protocol, event.topic, presence=event.presence)
+            )
+        if announced:
+            for identity in claims:
+                # a later claim than ours (or ours is long announced): the local holder goes
+                if identity in hub.identities and not self._claims.get(identity):
+                    hub.kick(identity, "identity logged in on another node")
+        if self._view_generation != self.view.generation:
+            # who receives what changed: what protocols cached of the routes is stale
+            self._view_generation = self.view.generation
+            hub.generation += 1
+
+    def _gone(self, name: str, why: str) -> None:
+        node, events = self.view.drop(name)
+        if node is None:
+            return
+        self.counters.nodes_gone += 1
+        log.info("cluster: node {node} is gone ({why})", node=name, why=why)
+        self._apply_events((events, []), announced=False)
+        self.broker.batcher.flush()
+
+    # -- troubles --------------------------------------------------------------------------
+
+    def _skip(self, why: str) -> None:
+        self.counters.skipped += 1
+        self._log_trouble("skipped", f"cluster: skipped a malformed or foreign publication ({why})")
+
+    def _log_trouble(self, key: str, text: str) -> None:
+        self.broker.rate_limited_log(f"cluster {key}", self.reactor.seconds(), text)
+
+    def metrics(self) -> dict[str, Any]:
+        """The node's cluster state and counters (for /metrics and the status line)."""
+        counters = self.counters
+        return {
+            "node": self.node,
+            "connected": self.connected,
+            "nodes": len(self.view.nodes),
+            "remote_topics": len(self.view.topic_nodes),
+            "remote_identities": len(self.view.identities),
+            **asdict(counters),
+            "engine": dict(self.engine.status()),
+        }
+

@@ -1,0 +1,168 @@
+"""The replicated view of the other nodes (pure: no Twisted, no I/O, no clock).
+
+Each remote node's state is a set of fields (:mod:`msgbroker.clusterwire`): the members of
+its exact topics, its sbus patterns, the identities it holds. The view keeps them per node
+and the indexes routing asks about without a round trip: which nodes have members in a
+topic, which nodes' patterns match a topic, who holds an identity. Applying a change
+returns what it means for the local sessions: presence events to tell and identities
+claimed, for :class:`msgbroker.cluster.Cluster` to act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from attrs import define, field, frozen
+
+from . import clusterwire as wire
+from .patterns import PatternIndex
+
+
+@frozen
+class MemberEvent:
+    """A remote member joined (``joined``) or left a topic: a presence event."""
+
+    joined: bool
+    topic: str
+    identity: str
+    protocol: str
+    presence: bool
+
+
+@define
+class RemoteNode:
+    """One other node: its incarnation (``epoch``), when it was last heard from, its state."""
+
+    name: str
+    epoch: str
+    last_heard: float
+    fields: dict[bytes, bytes] = field(factory=dict)
+    #: its state is being read (announcements wait in ``waiting``)
+    syncing: bool = False
+    waiting: list[tuple[str, Any]] = field(factory=list)
+
+
+class RemoteView:
+    """Every other node's state, and the indexes routing reads."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, RemoteNode] = {}
+        #: topic -> (node, identity) -> (protocol, presence), in the order they joined
+        self.members: dict[str, dict[tuple[str, str], tuple[str, bool]]] = {}
+        #: topic -> node -> how many of its members are in it
+        self.topic_nodes: dict[str, dict[str, int]] = {}
+        self.patterns: PatternIndex[str] = PatternIndex()
+        #: identity -> the node holding it (the last to claim it)
+        self.identities: dict[str, str] = {}
+        #: bumped whenever who receives what changes (a route cache key)
+        self.generation = 0
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def pattern_nodes(self, topic: str) -> list[str]:
+        """The nodes whose patterns match ``topic``, but that have no member in it."""
+        if not self.patterns:
+            return []
+        exact = self.topic_nodes.get(topic, {})
+        return [node for node in self.patterns.match(topic) if node not in exact]
+
+    def nodes_in(self, topics: Iterable[str]) -> set[str]:
+        found: set[str] = set()
+        for topic in topics:
+            found.update(self.topic_nodes.get(topic, ()))
+        return found
+
+    # -- changing --------------------------------------------------------------------------
+
+    def apply(
+        self, node: RemoteNode, changes: Iterable[tuple[bytes, bytes | None]]
+    ) -> tuple[list[MemberEvent], list[str]]:
+        """Apply one node's changes: ``(presence events, identities it claimed)``."""
+        events: list[MemberEvent] = []
+        claims: list[str] = []
+        for key, value in changes:
+            old = node.fields.get(key)
+            if value is None:
+                if old is None:
+                    continue
+                del node.fields[key]
+                self._remove(node.name, key, old, events)
+            else:
+                node.fields[key] = value
+                if old is None:
+                    self._add(node.name, key, value, events, claims)
+                elif old != value:
+                    self._update(node.name, key, value)
+        return events, claims
+
+    def replace(
+        self, node: RemoteNode, state: Mapping[bytes, bytes]
+    ) -> tuple[list[MemberEvent], list[str]]:
+        """``node``'s whole state is now ``state``: the differences, as :meth:`apply`."""
+        changes: list[tuple[bytes, bytes | None]] = [
+            (key, None) for key in node.fields if key not in state
+        ]
+        changes += [(k, v) for k, v in state.items() if node.fields.get(k) != v]
+        return self.apply(node, changes)
+
+    def drop(self, name: str) -> tuple[RemoteNode | None, list[MemberEvent]]:
+        """Forget a node (gone): its members' departures."""
+        node = self.nodes.pop(name, None)
+        if node is None:
+            return None, []
+        events, _ = self.apply(node, [(key, None) for key in list(node.fields)])
+        return node, events
+
+    def _add(
+        self, node: str, key: bytes, value: bytes, events: list[MemberEvent], claims: list[str]
+    ) -> None:
+        what = wire.read_field(key)
+        if what is None:
+            return
+        self.generation += 1
+        if what[0] == wire.MEMBER:
+            _, topic, identity = what
+            protocol, presence = wire.read_member_value(value)
+            self.members.setdefault(topic, {})[node, identity] = (protocol, presence)
+            counts = self.topic_nodes.setdefault(topic, {})
+            counts[node] = counts.get(node, 0) + 1
+            events.append(MemberEvent(True, topic, identity, protocol, presence))
+        elif what[0] == wire.PATTERN:
+            self.patterns.add(node, what[1])
+        else:
+            self.identities[what[1]] = node
+            claims.append(what[1])
+
+    def _update(self, node: str, key: bytes, value: bytes) -> None:
+        what = wire.read_field(key)
+        if what is not None and what[0] == wire.MEMBER:
+            _, topic, identity = what
+            members = self.members.get(topic)
+            if members is not None and (node, identity) in members:
+                members[node, identity] = wire.read_member_value(value)
+
+    def _remove(self, node: str, key: bytes, value: bytes, events: list[MemberEvent]) -> None:
+        what = wire.read_field(key)
+        if what is None:
+            return
+        self.generation += 1
+        if what[0] == wire.MEMBER:
+            _, topic, identity = what
+            members = self.members.get(topic, {})
+            protocol, _presence = members.pop((node, identity), ("?", False))
+            if not members:
+                self.members.pop(topic, None)
+            counts = self.topic_nodes.get(topic, {})
+            left = counts.get(node, 1) - 1
+            if left > 0:
+                counts[node] = left
+            else:
+                counts.pop(node, None)
+                if not counts:
+                    self.topic_nodes.pop(topic, None)
+            events.append(MemberEvent(False, topic, identity, protocol, False))
+        elif what[0] == wire.PATTERN:
+            self.patterns.remove(node, what[1])
+        elif self.identities.get(what[1]) == node:
+            del self.identities[what[1]]

@@ -1,0 +1,104 @@
+"""The ``[cluster]`` section (``--cluster URL`` and the engine's settings), the built-in
+``memory`` engine (one node: no cluster, nothing more per message), and the cluster's
+figures for ``/metrics``.
+
+::
+
+    [cluster]
+    url = "redis://10.0.0.5:6379/0"   # --cluster URL; none: the memory engine (one node)
+    heartbeat = 1.0                    # --cluster-heartbeat
+    node-timeout = 0                   # --cluster-node-timeout (0: 1.5 heartbeats)
+    password-file = "/etc/msgbroker/redis-password"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from msgbroker import ConfigSection, Option, hookimpl
+from msgbroker.engine import ClusterSettings, EngineContext, EngineSpec
+
+if TYPE_CHECKING:
+    from msgbroker import Broker
+
+SECTION = ConfigSection(
+    "cluster",
+    ClusterSettings,
+    options=(
+        Option(
+            "url",
+            "str",
+            "Join the cluster at this engine URL: redis://HOST:PORT[/DB], rediss:// (TLS).",
+            flag="cluster",
+        ),
+        Option("heartbeat", "float", "Seconds between a node's heartbeats [1]."),
+        Option("node-timeout", "float", "Seconds without heartbeat before a node is gone [1.5x]."),
+        Option("connect-timeout", "float", "Seconds a connection to the engine may take [5]."),
+        Option("max-buffer", "size", "Bytes held for a slow engine before dropping [16M]."),
+        Option("prefix", "str", "Prefix of the engine's channels and keys [msgbroker]."),
+        Option("password", "str", "The engine's password (better: password-file)."),
+        Option("password-file", "str", "File whose first line is the engine's password."),
+        Option("tls-ca", "str", "CA certificate(s) (PEM) the engine's certificate must chain to."),
+        Option("tls-cert", "str", "Client certificate (PEM) for the engine, if it asks."),
+        Option("tls-key", "str", "Client private key (PEM) for the engine."),
+    ),
+    help="join a cluster of brokers (docs/cluster.md)",
+)
+
+
+def _no_engine(context: EngineContext) -> None:
+    """The memory engine: this broker is the only node."""
+    return None
+
+
+MEMORY = EngineSpec("memory", ("memory",), _no_engine, "one node, no cluster (the default)")
+
+
+@hookimpl
+def msgbroker_register_config_sections(register: Callable[[ConfigSection[Any]], None]) -> None:
+    register(SECTION)
+
+
+@hookimpl
+def msgbroker_register_engines(register: Callable[[EngineSpec], None]) -> None:
+    register(MEMORY)
+
+
+@hookimpl(optionalhook=True)  # the admin plugin's hook: it may be blocked
+def msgbroker_collect_metrics(broker: Broker) -> list[Any]:
+    """The cluster's state for ``/metrics``: connected, nodes seen, what crossed."""
+    cluster = broker.cluster
+    if cluster is None:
+        return []
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    counters = cluster.counters
+    families: list[Any] = [
+        GaugeMetricFamily(
+            "msgbroker_cluster_connected",
+            "1 while the node is connected to its cluster engine.",
+            value=int(cluster.connected),
+        ),
+        GaugeMetricFamily(
+            "msgbroker_cluster_nodes", "Other nodes this node sees.", value=len(cluster.view.nodes)
+        ),
+    ]
+    for name, help_text in (
+        ("messages_out", "Messages this node sent to other nodes."),
+        ("messages_in", "Messages this node received from other nodes."),
+        ("publications_out", "Engine publications written (one per topic or node per batch)."),
+        ("publications_in", "Engine publications received."),
+        ("bytes_out", "Bytes of publications written."),
+        ("bytes_in", "Bytes of publications received."),
+        ("dropped", "Messages that could not cross (engine away or its buffer full)."),
+        ("skipped", "Malformed or foreign publications skipped, and UCASTs whose target left."),
+        ("nodes_gone", "Nodes seen gone (no heartbeat, or left)."),
+        ("connects", "Connections made to the engine."),
+    ):
+        families.append(
+            CounterMetricFamily(
+                f"msgbroker_cluster_{name}", help_text, value=getattr(counters, name)
+            )
+        )
+    return families

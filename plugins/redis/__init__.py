@@ -1,0 +1,1 @@
+"""The Redis engine (``--cluster redis://HOST:PORT``; see docs/cluster.md)."""
