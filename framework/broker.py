@@ -26,6 +26,7 @@ from .limits import ConnectionLimits, LoginThrottle, RateLimitedLog
 from .logins import WaitingLogins, start_login
 from .memory import Trimmer, resident_bytes
 from .message import Encoder, Message, MessageRun, RouteResult
+from .nodes import node_name
 from .output import Batcher, Output, OutputBudget, OutputPolicy
 from .pluginmanager import build_plugin_manager
 from .reasons import CloseReason
@@ -137,6 +138,10 @@ class Broker:
         self.schemes: dict[str, AuthScheme] = {}
         self.plugins.register_auth_schemes(self._register_scheme, self.config, self)
         self.enabled_schemes = self.enabled_schemes_for(self.config)
+        #: this broker's name among several (:mod:`msgbroker.nodes`): ``--node-name``, or
+        #: the host name and the first listener's port. A default whose port is 0 becomes
+        #: the bound port when the service has bound it, before ``msgbroker_broker_started``
+        self.node_name: str = node_name(self.config, self.listeners())
         #: the TLS listeners' server context, made by :meth:`server_tls` for the first one
         self.tls: ServerTLS | None = None
         self._bind_hooks()
