@@ -19,15 +19,24 @@ The grains (keys → values; sums unless said otherwise)::
 
     by_sender    kind, minute, protocol, sender → messages, bytes, delivered, skipped, dropped
     span         kind → first (min ts), last (max ts)
-    by_topic     kind, topic, fanout → messages, bytes, delivered, skipped, dropped
+    by_topic     kind, topic, fanout → messages, bytes, routed, delivered, skipped, dropped
     recipients   kind, protocol (a recipient's) → deliveries
+    node_minute  node, minute, kind → messages, received, bytes, delivered, skipped, dropped,
+                 first (min ts), last (max ts)
     topic_minute minute, topic → messages, bytes             [mcast, listed topics only]
-    failures     identity, host → failures, last (max ts)                    [auth failures]
-    sessions     session_id → opened (min), closed (max), protocol, identity, host, reason
+    failures     node, identity, host → failures, last (max ts)              [auth failures]
+    sessions     node, session_id → opened (min), closed (max), protocol, identity, host,
+                 reason
 
 A journal row stands for ``count`` messages (null in ``messages/1`` segments: 1): messages
 are ``sum(count)``, bytes ``sum(payload_size)`` (a run's total), deliveries and skips
 ``sum(delivered * count)`` (per message in the row), drops ``sum(dropped)`` (a run's total).
+
+Several nodes (a cluster): every row names its ``node`` (null before node names: ``""``), and
+a row of a message another node published names its ``origin_node``. A message counts once,
+where it was published: ``messages`` and ``bytes`` are those of the rows without an origin;
+``received`` counts the others (messages a node routed for another), ``routed`` both (a
+node's fan-out); deliveries, skips and drops count on every row (each node records its own).
 """
 
 from __future__ import annotations
@@ -67,7 +76,11 @@ MESSAGE_COLUMNS = {
 }
 TOPIC_MINUTE_COLUMNS = ("ts", "kind", "topic", "count", "payload_size")
 #: read as dictionaries: few distinct values, repeated on every row
-DICTIONARY_COLUMNS = ("protocol", "sender", "kind", "topic")
+DICTIONARY_COLUMNS = ("protocol", "sender", "kind", "topic", "node", "origin_node")
+#: columns a segment written before node names lacks, read as dictionaries: ``node`` as
+#: ``""`` (no node recorded), ``origin_node`` as null (published on the row's node)
+NODE_COLUMNS = {MESSAGES: ("node", "origin_node"), SESSIONS: ("node",)}
+DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 SESSION_COLUMNS = {
     "ts": TIMESTAMP,
     "event": pa.string(),
@@ -79,7 +92,9 @@ SESSION_COLUMNS = {
 }
 
 #: what the first job returns (the second one: ``topic_minute``)
-MAIN_GRAINS = ("by_sender", "span", "by_topic", "recipients", "failures", "sessions")
+MAIN_GRAINS = (
+    "by_sender", "span", "by_topic", "recipients", "node_minute", "failures", "sessions",
+)  # fmt: skip
 
 #: grain → (keys, {value: how partials merge})
 GRAINS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
@@ -90,13 +105,23 @@ GRAINS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "span": (("kind",), {"first": "min", "last": "max"}),
     "by_topic": (
         ("kind", "topic", "fanout"),
-        dict.fromkeys(("messages", "bytes", "delivered", "skipped", "dropped"), "sum"),
+        dict.fromkeys(("messages", "bytes", "routed", "delivered", "skipped", "dropped"), "sum"),
     ),
     "recipients": (("kind", "protocol"), {"deliveries": "sum"}),
+    "node_minute": (
+        ("node", "minute", "kind"),
+        {
+            **dict.fromkeys(
+                ("messages", "received", "bytes", "delivered", "skipped", "dropped"), "sum"
+            ),
+            "first": "min",
+            "last": "max",
+        },
+    ),
     "topic_minute": (("minute", "topic"), {"messages": "sum", "bytes": "sum"}),
-    "failures": (("identity", "host"), {"failures": "sum", "last": "max"}),
+    "failures": (("node", "identity", "host"), {"failures": "sum", "last": "max"}),
     "sessions": (
-        ("session_id",),
+        ("node", "session_id"),
         {
             "opened": "min",
             "closed": "max",
@@ -194,8 +219,10 @@ def empty(grain: str) -> pa.Table:
     """``grain`` with no rows (no task had any), with the columns and types of one that has."""
     if grain in ("failures", "sessions"):
         data = pa.table({n: pa.array([], t) for n, t in SESSION_COLUMNS.items()})
+        data = _with_nodes(data, NODE_COLUMNS[SESSIONS])
         return _sessions(data)[grain]
     data = pa.table({n: pa.array([], t) for n, t in MESSAGE_COLUMNS.items()})
+    data = _with_nodes(data, NODE_COLUMNS[MESSAGES])
     grains = _topic_minutes(data, []) if grain == "topic_minute" else _messages(data)
     return grains[grain]
 
@@ -226,11 +253,17 @@ def _read(path: str, table: str, topic_minute: bool) -> pa.Table:
     dictionary-encoded as Parquet stores them (reading and grouping integer codes is three
     times faster), the ``recipients`` map's keys with them (its values are cast later)."""
     wanted = SESSION_COLUMNS if table == SESSIONS else MESSAGE_COLUMNS
+    nodes_wanted = NODE_COLUMNS[table]
     if table == MESSAGES and topic_minute:
         wanted = {c: MESSAGE_COLUMNS[c] for c in TOPIC_MINUTE_COLUMNS}
+        nodes_wanted = ("origin_node",)  # a topic's series counts messages where published
     layout = pq.read_metadata(path).schema
     present = set(layout.to_arrow_schema().names)
-    encoded = [c for c in DICTIONARY_COLUMNS if c in wanted] if table == MESSAGES else []
+    nodes = tuple(c for c in nodes_wanted if c in present)
+    wanted = {**wanted, **dict.fromkeys(nodes, DICTIONARY)}
+    encoded = [c for c in DICTIONARY_COLUMNS if c in wanted]
+    if table == SESSIONS:
+        encoded = list(nodes)
     uncast = set(encoded)
     if "recipients" in wanted:
         uncast.add("recipients")
@@ -250,7 +283,27 @@ def _read(path: str, table: str, topic_minute: bool) -> pa.Table:
         if not (column.type.equals(kind) or name in uncast):
             column = column.cast(kind)
         columns.append(column)
-    return pa.table(columns, names=list(wanted))
+    return _with_nodes(pa.table(columns, names=list(wanted)), nodes_wanted)
+
+
+def _with_nodes(data: pa.Table, names: Sequence[str]) -> pa.Table:
+    """``data`` with the node columns ``names`` as every segment gets them: ``node``
+    (``""`` where not recorded: in a segment from before node names) and ``origin_node``
+    (null where missing: published on the row's node), dictionary-encoded."""
+    for name in names:
+        if name in data.column_names:
+            column = data.column(name)
+            if name == "node" and column.null_count:
+                index = data.column_names.index(name)
+                data = data.set_column(index, name, pc.fill_null(column, ""))
+            continue
+        if name == "node":
+            zeros = pa.array(np.zeros(data.num_rows, np.int32))
+            missing = pa.DictionaryArray.from_arrays(zeros, pa.array([""], pa.string()))
+        else:
+            missing = pa.nulls(data.num_rows, DICTIONARY)
+        data = data.append_column(name, missing)
+    return data
 
 
 def _window(data: pa.Table, since: dt.datetime | None, until: dt.datetime | None) -> pa.Table:
@@ -287,31 +340,59 @@ def _reduce(
         partials.setdefault(grain, []).append(partial)
 
 
+def _published(data: pa.Table, values: pa.ChunkedArray) -> tuple[Any, Any]:
+    """``values`` of the rows published on their node, and of those received from another
+    (0 where not): each message counts once, at its origin."""
+    origin = data.column("origin_node")
+    if origin.null_count == len(origin):  # one node, or none that received: no work
+        return values, pa.repeat(pa.scalar(0, values.type), len(values))
+    here = pc.is_null(origin)
+    return pc.if_else(here, values, 0), pc.if_else(here, 0, values)
+
+
 def _messages(data: pa.Table) -> dict[str, pa.Table]:
     # every kind is grouped, presence too, and the driver keeps the kinds each table wants:
     # dropping a few groups there is cheaper than filtering every row here
+    data = _with_nodes(data, NODE_COLUMNS[MESSAGES])  # segments reduced one by one
     count = pc.fill_null(data.column("count"), 1)
     kind = data.column("kind")
     ts = data.column("ts")
-    per_message = {
-        "messages": count,
-        "bytes": data.column("payload_size"),
+    minute = _minute(ts)
+    published, received = _published(data, count)
+    published_bytes, _ = _published(data, data.column("payload_size"))
+    outcomes = {
         "delivered": pc.multiply(data.column("delivered"), count),
         "skipped": pc.multiply(data.column("skipped"), count),
         "dropped": data.column("dropped"),
     }
     by_sender = {
         "kind": kind,
-        "minute": _minute(ts),
+        "minute": minute,
         "protocol": data.column("protocol"),
         "sender": data.column("sender"),
-        **per_message,
+        "messages": published,
+        "bytes": published_bytes,
+        **outcomes,
     }
     by_topic = {
         "kind": kind,
         "topic": data.column("topic"),
         "fanout": data.column("delivered"),
-        **per_message,
+        "messages": published,
+        "bytes": published_bytes,
+        "routed": count,
+        **outcomes,
+    }
+    node_minute = {
+        "node": data.column("node"),
+        "minute": minute,
+        "kind": kind,
+        "messages": published,
+        "received": received,
+        "bytes": published_bytes,
+        **outcomes,
+        "first": ts,
+        "last": ts,
     }
     # deliveries by the recipients' protocols: each map entry, weighed by its row's count;
     # chunk by chunk, as each file's keys have their own dictionary
@@ -338,14 +419,19 @@ def _messages(data: pa.Table) -> dict[str, pa.Table]:
         "span": _group(pa.table({"kind": kind, "first": ts, "last": ts}), "span"),
         "by_topic": _group(pa.table(by_topic), "by_topic"),
         "recipients": _group(_concat(by_recipient), "recipients"),
+        "node_minute": _group(pa.table(node_minute), "node_minute"),
     }
 
 
 def _topic_minutes(data: pa.Table, topics: Sequence[str]) -> dict[str, pa.Table]:
+    data = _with_nodes(data, ("origin_node",))
     keep = pc.and_(
         pc.equal(data.column("kind"), "mcast"),
         pc.is_in(data.column("topic"), pa.array(topics, pa.string())),
     )
+    origin = data.column("origin_node")
+    if origin.null_count != len(origin):  # counted where published, once
+        keep = pc.and_(keep, pc.is_null(origin))
     rows = data.filter(keep)
     frame = pa.table(
         {
@@ -359,12 +445,14 @@ def _topic_minutes(data: pa.Table, topics: Sequence[str]) -> dict[str, pa.Table]
 
 
 def _sessions(data: pa.Table) -> dict[str, pa.Table]:
+    data = _with_nodes(data, NODE_COLUMNS[SESSIONS])
     event = data.column("event")
     failed = data.filter(pc.equal(event, "auth_failure"))
     out = {
         "failures": _group(
             pa.table(
                 {
+                    "node": failed.column("node"),
                     "identity": failed.column("identity"),
                     "host": failed.column("host"),
                     "failures": pa.array([1] * failed.num_rows, pa.int64()),
@@ -385,6 +473,7 @@ def _sessions(data: pa.Table) -> dict[str, pa.Table]:
     out["sessions"] = _group(
         pa.table(
             {
+                "node": known.column("node"),
                 "session_id": known.column("session_id"),
                 "opened": when(pc.equal(event, "open"), ts),
                 "closed": when(is_close, ts),
