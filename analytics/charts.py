@@ -139,22 +139,32 @@ def _messages_per_minute(tables: dict[str, pa.Table], ax: Any) -> None:
 
 
 def _messages_per_node(tables: dict[str, pa.Table], ax: Any) -> None:
-    ax.set_title("Messages routed per minute, by node (published there or received)")
-    series: dict[str, tuple[list[Any], list[int]]] = defaultdict(lambda: ([], []))
-    for row in tables["traffic_by_node_minute"].to_pylist():
-        xs, ys = series[row["node"]]
-        xs.append(row["minute"])
-        ys.append(row["messages"] + row["received"])
-    _minute_lines(ax, series, "messages / minute")
+    ax.set_title("Messages per minute, by node: published there, and received from others")
+    rows = tables["traffic_by_node_minute"].to_pylist()
+    nodes = sorted({row["node"] for row in rows})
+    for index, node in enumerate(nodes):
+        color = f"C{index % 10}"
+        mine = [row for row in rows if row["node"] == node]
+        for column, style, what in (("messages", "-", "published"), ("received", "--", "received")):
+            xs = [row["minute"] for row in mine]
+            ys = [row[column] for row in mine]
+            if any(ys):
+                label = f"{node or '(unnamed)'} {what}"
+                marker = "." if len(xs) < 30 else None
+                ax.plot(xs, ys, style, color=color, label=label, marker=marker)
+    _minute_axes(ax, "messages / minute")
 
 
-def _minute_lines(
-    ax: Any, series: dict[str, tuple[list[Any], list[int]]], ylabel: str
-) -> None:
+def _minute_lines(ax: Any, series: dict[str, tuple[list[Any], list[int]]], ylabel: str) -> None:
     """One line per series over UTC minutes, the series named in the legend."""
     for label in sorted(series):
         xs, ys = series[label]
-        ax.plot(xs, ys, label=label or "(unnamed)", marker="." if len(xs) < 30 else None)
+        ax.plot(xs, ys, label=label, marker="." if len(xs) < 30 else None)
+    _minute_axes(ax, ylabel)
+
+
+def _minute_axes(ax: Any, ylabel: str) -> None:
+    """Counts over UTC minutes: whole-number ticks, dates as concise as they can be."""
     ax.set_ylabel(ylabel)
     _whole(ax.yaxis)
     ax.set_xlabel("time (UTC)")

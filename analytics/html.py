@@ -139,7 +139,11 @@ TABLE_COLUMN_LABELS: dict[tuple[str, str], str] = {
     ("fanout", "delivered"): "deliveries of one message",
     ("fanout", "messages"): "messages",
     ("nodes", "messages"): "published",
+    ("nodes", "received"): "received",
+    ("traffic_by_node_minute", "received"): "received",
 }
+#: columns in the Parquet table but not in the page's, which would be too wide for them
+PAGE_HIDDEN: dict[str, tuple[str, ...]] = {"nodes": ("first", "last")}
 #: columns that are identifiers, not quantities: printed as they are (no 1,234 grouping)
 IDENTIFIER_COLUMNS = frozenset({"session_id"})
 
@@ -191,6 +195,7 @@ def write_index(
             table = tables[name]
             if not several and "node" in table.column_names:
                 table = table.drop_columns(["node"])  # one node: nothing to tell apart
+            table = table.drop_columns(list(PAGE_HIDDEN.get(name, ())))
             parts.append(_table(name, table))
     parts.append("<h2>Tables</h2><p>Every table, in full, as Parquet:</p><ul>")
     parts.extend(
