@@ -57,25 +57,25 @@ def _subdirectories(path: Path) -> list[Path]:
 
 
 def node_tables(
-    node_minute: pa.Table, sessions: pa.Table, failures: pa.Table
+    by_sender: pa.Table, span: pa.Table, sessions: pa.Table, failures: pa.Table
 ) -> dict[str, pa.Table]:
-    """``nodes`` and ``traffic_by_node_minute`` from the ``node_minute`` and ``failures``
-    grains and the report's ``sessions`` table. Traffic is the mcast, ucast and bcast
-    rows, as everywhere in the report; skips and drops count every row, as in
+    """``nodes`` and ``traffic_by_node_minute`` from the ``by_sender``, ``span`` and
+    ``failures`` grains and the report's ``sessions`` table. Traffic is the mcast, ucast and
+    bcast rows, as everywhere in the report; skips and drops count every row, as in
     ``summary``."""
-    traffic = node_minute.filter(pc.is_in(node_minute.column("kind"), pa.array(TRAFFIC_KINDS)))
+    traffic = _traffic(by_sender)
     by_minute = _sum(traffic, ["minute", "node"], ["messages", "received", "bytes"])
     by_minute = by_minute.filter(
         pc.greater(pc.add(by_minute.column("messages"), by_minute.column("received")), 0)
     ).sort_by([("minute", "ascending"), ("node", "ascending")])
     volume = _sum(traffic, ["node"], ["messages", "received", "bytes", "delivered"])
-    outcomes = _sum(node_minute, ["node"], ["skipped", "dropped"])
-    span = traffic.group_by(["node"], use_threads=False).aggregate(
-        [("first", "min"), ("last", "max")]
+    outcomes = _sum(by_sender, ["node"], ["skipped", "dropped"])
+    span = (
+        _traffic(span)
+        .group_by(["node"], use_threads=False)
+        .aggregate([("first", "min"), ("last", "max")])
     )
-    names = _all_nodes(
-        node_minute.column("node"), sessions.column("node"), failures.column("node")
-    )
+    names = _all_nodes(by_sender.column("node"), sessions.column("node"), failures.column("node"))
     rows = []
     volumes = _by_node(volume)
     drops = _by_node(outcomes)
@@ -116,6 +116,10 @@ NODES_SCHEMA = pa.schema(
                                        "dropped", "sessions", "open_sessions", "auth_failures")]
     + [("first", _TIMESTAMP), ("last", _TIMESTAMP)]
 )  # fmt: skip
+
+
+def _traffic(table: pa.Table) -> pa.Table:
+    return table.filter(pc.is_in(table.column("kind"), pa.array(TRAFFIC_KINDS)))
 
 
 def _sum(table: pa.Table, keys: list[str], values: list[str]) -> pa.Table:

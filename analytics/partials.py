@@ -17,12 +17,11 @@ be read (its footer was checked on the driver already: this is the rarer damage 
 
 The grains (keys → values; sums unless said otherwise)::
 
-    by_sender    kind, minute, protocol, sender → messages, bytes, delivered, skipped, dropped
-    span         kind → first (min ts), last (max ts)
+    by_sender    kind, minute, protocol, sender, node → messages, received, bytes, delivered,
+                 skipped, dropped
+    span         kind, node → first (min ts), last (max ts)
     by_topic     kind, topic, fanout → messages, bytes, routed, delivered, skipped, dropped
     recipients   kind, protocol (a recipient's) → deliveries
-    node_minute  node, minute, kind → messages, received, bytes, delivered, skipped, dropped,
-                 first (min ts), last (max ts)
     topic_minute minute, topic → messages, bytes             [mcast, listed topics only]
     failures     node, identity, host → failures, last (max ts)              [auth failures]
     sessions     node, session_id → opened (min), closed (max), protocol, identity, host,
@@ -37,12 +36,15 @@ a row of a message another node published names its ``origin_node``. A message c
 where it was published: ``messages`` and ``bytes`` are those of the rows without an origin;
 ``received`` counts the others (messages a node routed for another), ``routed`` both (a
 node's fan-out); deliveries, skips and drops count on every row (each node records its own).
+A segment is one node's, so ``node`` as a key adds no groups (but for the senders whose
+messages other nodes received): the per-node tables roll up from these grains on the
+driver, at no cost to a task but a dictionary-coded key.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -92,32 +94,20 @@ SESSION_COLUMNS = {
 }
 
 #: what the first job returns (the second one: ``topic_minute``)
-MAIN_GRAINS = (
-    "by_sender", "span", "by_topic", "recipients", "node_minute", "failures", "sessions",
-)  # fmt: skip
+MAIN_GRAINS = ("by_sender", "span", "by_topic", "recipients", "failures", "sessions")
 
 #: grain → (keys, {value: how partials merge})
 GRAINS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "by_sender": (
-        ("kind", "minute", "protocol", "sender"),
-        dict.fromkeys(("messages", "bytes", "delivered", "skipped", "dropped"), "sum"),
+        ("kind", "minute", "protocol", "sender", "node"),
+        dict.fromkeys(("messages", "received", "bytes", "delivered", "skipped", "dropped"), "sum"),
     ),
-    "span": (("kind",), {"first": "min", "last": "max"}),
+    "span": (("kind", "node"), {"first": "min", "last": "max"}),
     "by_topic": (
         ("kind", "topic", "fanout"),
         dict.fromkeys(("messages", "bytes", "routed", "delivered", "skipped", "dropped"), "sum"),
     ),
     "recipients": (("kind", "protocol"), {"deliveries": "sum"}),
-    "node_minute": (
-        ("node", "minute", "kind"),
-        {
-            **dict.fromkeys(
-                ("messages", "received", "bytes", "delivered", "skipped", "dropped"), "sum"
-            ),
-            "first": "min",
-            "last": "max",
-        },
-    ),
     "topic_minute": (("minute", "topic"), {"messages": "sum", "bytes": "sum"}),
     "failures": (("node", "identity", "host"), {"failures": "sum", "last": "max"}),
     "sessions": (
@@ -340,14 +330,19 @@ def _reduce(
         partials.setdefault(grain, []).append(partial)
 
 
-def _published(data: pa.Table, values: pa.ChunkedArray) -> tuple[Any, Any]:
-    """``values`` of the rows published on their node, and of those received from another
-    (0 where not): each message counts once, at its origin."""
-    origin = data.column("origin_node")
-    if origin.null_count == len(origin):  # one node, or none that received: no work
-        return values, pa.repeat(pa.scalar(0, values.type), len(values))
-    here = pc.is_null(origin)
-    return pc.if_else(here, values, 0), pc.if_else(here, 0, values)
+def _one_node(data: pa.Table) -> str | None:
+    """The node of every row when there is one (the usual case: a step's segments are
+    one node's, or several that happen to be the same one), else None."""
+    node = data.column("node")
+    if node.num_chunks == 0 or node.null_count:
+        return None
+    first = node.chunk(0).dictionary
+    if len(first) != 1 or any(
+        len(c) and not c.dictionary.equals(first) for c in node.chunks
+    ):  # unified dictionaries: one entry is one node
+        return None
+    name: str = first[0].as_py()
+    return name
 
 
 def _messages(data: pa.Table) -> dict[str, pa.Table]:
@@ -357,43 +352,47 @@ def _messages(data: pa.Table) -> dict[str, pa.Table]:
     count = pc.fill_null(data.column("count"), 1)
     kind = data.column("kind")
     ts = data.column("ts")
-    minute = _minute(ts)
-    published, received = _published(data, count)
-    published_bytes, _ = _published(data, data.column("payload_size"))
+    size = data.column("payload_size")
     outcomes = {
         "delivered": pc.multiply(data.column("delivered"), count),
         "skipped": pc.multiply(data.column("skipped"), count),
         "dropped": data.column("dropped"),
     }
-    by_sender = {
+    by_sender: dict[str, Any] = {
         "kind": kind,
-        "minute": minute,
+        "minute": _minute(ts),
         "protocol": data.column("protocol"),
         "sender": data.column("sender"),
-        "messages": published,
-        "bytes": published_bytes,
         **outcomes,
     }
-    by_topic = {
+    by_topic: dict[str, Any] = {
         "kind": kind,
         "topic": data.column("topic"),
         "fanout": data.column("delivered"),
-        "messages": published,
-        "bytes": published_bytes,
-        "routed": count,
         **outcomes,
     }
-    node_minute = {
-        "node": data.column("node"),
-        "minute": minute,
-        "kind": kind,
-        "messages": published,
-        "received": received,
-        "bytes": published_bytes,
-        **outcomes,
-        "first": ts,
-        "last": ts,
-    }
+    span: dict[str, Any] = {"kind": kind, "first": ts, "last": ts}
+    # the usual case, one node's rows that all were published on it, costs no more than a
+    # journal without nodes: the node, the nothing received and the routed (= published)
+    # are put in after grouping, on the groups
+    node = _one_node(data)
+    origin = data.column("origin_node")
+    after: dict[str, Any] = {}
+    if node is not None:
+        after["node"] = node
+    else:
+        by_sender["node"] = span["node"] = data.column("node")
+    if origin.null_count == len(origin):
+        by_sender |= {"messages": count, "bytes": size}
+        by_topic |= {"messages": count, "bytes": size}
+        after |= {"received": 0, "routed": "messages"}
+    else:  # each message counts once, where it was published: elsewhere it is received
+        here = pc.is_null(origin)
+        published, published_bytes = pc.if_else(here, count, 0), pc.if_else(here, size, 0)
+        by_sender |= {"messages": published, "bytes": published_bytes}
+        by_sender["received"] = pc.if_else(here, 0, count)
+        by_topic |= {"messages": published, "bytes": published_bytes, "routed": count}
+
     # deliveries by the recipients' protocols: each map entry, weighed by its row's count;
     # chunk by chunk, as each file's keys have their own dictionary
     by_recipient: list[pa.Table] = []
@@ -415,11 +414,10 @@ def _messages(data: pa.Table) -> dict[str, pa.Table]:
             )
         )
     return {
-        "by_sender": _group(pa.table(by_sender), "by_sender"),
-        "span": _group(pa.table({"kind": kind, "first": ts, "last": ts}), "span"),
-        "by_topic": _group(pa.table(by_topic), "by_topic"),
+        "by_sender": _group(pa.table(by_sender), "by_sender", after),
+        "span": _group(pa.table(span), "span", after),
+        "by_topic": _group(pa.table(by_topic), "by_topic", after),
         "recipients": _group(_concat(by_recipient), "recipients"),
-        "node_minute": _group(pa.table(node_minute), "node_minute"),
     }
 
 
@@ -491,13 +489,27 @@ def _sessions(data: pa.Table) -> dict[str, pa.Table]:
     return out
 
 
-def _group(frame: pa.Table, grain: str) -> pa.Table:
+def _group(frame: pa.Table, grain: str, after: Mapping[str, Any] | None = None) -> pa.Table:
     """``frame`` grouped at ``grain``, its keys as plain strings (partials from other steps
-    and tasks have other dictionaries)."""
+    and tasks have other dictionaries). ``after``: keys and values of the grain that
+    ``frame`` lacks because they are the same on every row, put in on the groups: a
+    string or number for all, or the name of the value they equal."""
     keys, values = GRAINS[grain]
-    grouped = frame.group_by(list(keys), use_threads=False).aggregate(list(values.items()))
-    names = {f"{value}_{how}": value for value, how in values.items()}
-    return _plain(grouped.rename_columns(names).select([*keys, *values]))
+    missing = {name: v for name, v in (after or {}).items() if name not in frame.column_names}
+    present = [k for k in keys if k not in missing]
+    aggregations = [(v, how) for v, how in values.items() if v not in missing]
+    grouped = frame.group_by(present, use_threads=False).aggregate(aggregations)
+    grouped = grouped.rename_columns({f"{v}_{how}": v for v, how in aggregations})
+    for name, value in missing.items():
+        if name not in (*keys, *values):
+            continue
+        if isinstance(value, str) and value in grouped.column_names:
+            column = grouped.column(value)
+        else:
+            kind = pa.string() if isinstance(value, str) else pa.int64()
+            column = pa.repeat(pa.scalar(value, kind), grouped.num_rows)
+        grouped = grouped.append_column(name, column)
+    return _plain(grouped.select([*keys, *values]))
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:

@@ -216,7 +216,13 @@ def aggregate(
     tables: dict[str, pa.Table] = {}
 
     by_sender = grains["by_sender"]
-    kinds = _rollup(by_sender, ["kind"], VOLUME + OUTCOMES).join(grains["span"], "kind")
+    span = (
+        grains["span"]
+        .group_by(["kind"], use_threads=False)
+        .aggregate([("first", "min"), ("last", "max")])
+    )
+    span = span.rename_columns({"first_min": "first", "last_max": "last"})
+    kinds = _rollup(by_sender, ["kind"], VOLUME + OUTCOMES).join(span, "kind")
     tables["kinds"] = _sorted(kinds, [("messages", "descending"), ("kind", "ascending")])
     traffic = _traffic(by_sender)
     tables["protocols"] = _sorted(
@@ -283,7 +289,7 @@ def aggregate(
         _session_table(grains["sessions"]),
         [("opened", "ascending"), ("session_id", "ascending"), ("node", "ascending")],
     )
-    tables.update(node_tables(grains["node_minute"], tables["sessions"], failures))
+    tables.update(node_tables(by_sender, grains["span"], tables["sessions"], failures))
     return tables
 
 
