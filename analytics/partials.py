@@ -495,6 +495,11 @@ def _group(frame: pa.Table, grain: str, after: Mapping[str, Any] | None = None) 
     ``frame`` lacks because they are the same on every row, put in on the groups: a
     string or number for all, or the name of the value they equal."""
     keys, values = GRAINS[grain]
+    for index, field in enumerate(frame.schema):
+        if pa.types.is_dictionary(field.type) and values.get(field.name) in ("min", "max"):
+            # min and max have no kernel for dictionaries (partials come back encoded)
+            plain = frame.column(index).cast(field.type.value_type)
+            frame = frame.set_column(index, field.name, plain)
     missing = {name: v for name, v in (after or {}).items() if name not in frame.column_names}
     present = [k for k in keys if k not in missing]
     aggregations = [(v, how) for v, how in values.items() if v not in missing]

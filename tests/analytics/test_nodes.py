@@ -119,6 +119,39 @@ def test_several_journals_are_one_report_each_message_counted_once(cluster, tmp_
     assert series == [(START, "news", 3), (START, "quiet", 1), (minute, "news", 2)]
 
 
+def test_a_task_over_both_nodes_finds_what_tasks_over_each_find(cluster):
+    """One task reading both nodes' segments (each step mixing nodes, received rows among
+    them) and a task per node, merged, give the same partials: the shortcut for one node's
+    rows is only a shortcut."""
+    from msgbroker.analytics import partials
+
+    def run(items):
+        found = {}
+        for what, value in partials.task(items, None, None):
+            assert what == "table"
+            found.setdefault(value[0], []).append(partials.from_ipc(value[1]))
+        return found
+
+    def items(*nodes):
+        return [
+            (table, str(path))
+            for node in nodes
+            for table in ("messages", "sessions")
+            for path in sorted((cluster / "journals" / node / table).rglob("seg-*.parquet"))
+        ]
+
+    together = run(items("east", "west"))
+    apart = [run(items("east")), run(items("west"))]
+    for grain in partials.MAIN_GRAINS:
+        keys = [(k, "ascending") for k in partials.GRAINS[grain][0]]
+        merged = partials.merge(grain, [t for found in apart for t in found[grain]])
+        whole = partials.merge(grain, together[grain])
+        assert whole.sort_by(keys).equals(merged.sort_by(keys)), grain
+    by_sender = partials.merge("by_sender", together["by_sender"]).to_pylist()
+    assert sum(r["received"] for r in by_sender) == 5
+    assert {r["node"] for r in by_sender} == {"east:4444", "west:4444"}
+
+
 def test_the_page_has_a_nodes_section_only_with_more_than_one_node(cluster, tmp_path):
     both = local_report(journal_directories([cluster / "journals"]), tmp_path / "both")
     page = both.index.read_text()
