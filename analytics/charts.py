@@ -27,8 +27,11 @@ CHARTS = (
     "session_durations.png",
     "auth_failures.png",
 )
+#: charts of a report over several nodes only (a cluster's journals)
+NODE_CHARTS = ("messages_per_node.png",)
 #: the table whose rows each chart draws: no rows, no chart
 CHART_TABLES = {
+    "messages_per_node.png": "traffic_by_node_minute",
     "messages_per_minute.png": "traffic_by_minute",
     "top_topics.png": "topics",
     "fanout.png": "fanout",
@@ -47,6 +50,8 @@ def has_data(name: str, tables: dict[str, pa.Table]) -> bool:
     duration."""
     table = tables[CHART_TABLES[name]]
     rows: int = table.num_rows
+    if name == "messages_per_node.png":  # one node: the traffic chart says it all
+        return len(set(table.column("node").to_pylist())) > 1
     if name == "session_durations.png":
         missing: int = table.column("duration_s").null_count
         return missing < rows
@@ -55,8 +60,8 @@ def has_data(name: str, tables: dict[str, pa.Table]) -> bool:
 
 def render_all(tables: dict[str, pa.Table], out_dir: Path) -> list[Path]:
     """Draw every chart that has data into ``out_dir``; returns their paths, in
-    :data:`CHARTS` order. A chart without data is not drawn (and a file of that name left by
-    an earlier report in ``out_dir`` is removed).
+    :data:`CHARTS` order (then :data:`NODE_CHARTS`). A chart without data is not drawn
+    (and a file of that name left by an earlier report in ``out_dir`` is removed).
 
     Figures are made directly (``matplotlib.figure.Figure`` on the Agg canvas), not through
     pyplot and its global state, so the report can draw them on a thread of their own while
@@ -66,7 +71,7 @@ def render_all(tables: dict[str, pa.Table], out_dir: Path) -> list[Path]:
         pass
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name in CHARTS:
+    for name in (*CHARTS, *NODE_CHARTS):
         path = out_dir / name
         if not has_data(name, tables):
             path.unlink(missing_ok=True)
@@ -130,10 +135,37 @@ def _messages_per_minute(tables: dict[str, pa.Table], ax: Any) -> None:
         xs, ys = series[row["protocol"]]
         xs.append(row["minute"])
         ys.append(row["messages"])
-    for protocol in sorted(series):
-        xs, ys = series[protocol]
-        ax.plot(xs, ys, label=protocol, marker="." if len(xs) < 30 else None)
-    ax.set_ylabel("messages / minute")
+    _minute_lines(ax, series, "messages / minute")
+
+
+def _messages_per_node(tables: dict[str, pa.Table], ax: Any) -> None:
+    ax.set_title("Messages per minute, by node: published there, and received from others")
+    rows = tables["traffic_by_node_minute"].to_pylist()
+    nodes = sorted({row["node"] for row in rows})
+    for index, node in enumerate(nodes):
+        color = f"C{index % 10}"
+        mine = [row for row in rows if row["node"] == node]
+        for column, style, what in (("messages", "-", "published"), ("received", "--", "received")):
+            xs = [row["minute"] for row in mine]
+            ys = [row[column] for row in mine]
+            if any(ys):
+                label = f"{node or '(unnamed)'} {what}"
+                marker = "." if len(xs) < 30 else None
+                ax.plot(xs, ys, style, color=color, label=label, marker=marker)
+    _minute_axes(ax, "messages / minute")
+
+
+def _minute_lines(ax: Any, series: dict[str, tuple[list[Any], list[int]]], ylabel: str) -> None:
+    """One line per series over UTC minutes, the series named in the legend."""
+    for label in sorted(series):
+        xs, ys = series[label]
+        ax.plot(xs, ys, label=label, marker="." if len(xs) < 30 else None)
+    _minute_axes(ax, ylabel)
+
+
+def _minute_axes(ax: Any, ylabel: str) -> None:
+    """Counts over UTC minutes: whole-number ticks, dates as concise as they can be."""
+    ax.set_ylabel(ylabel)
     _whole(ax.yaxis)
     ax.set_xlabel("time (UTC)")
     ax.legend()
@@ -212,6 +244,7 @@ def _auth_failures(tables: dict[str, pa.Table], by_identity: Any, by_host: Any) 
 
 
 _DRAWERS: dict[str, Callable[..., None]] = {
+    "messages_per_node.png": _messages_per_node,
     "messages_per_minute.png": _messages_per_minute,
     "top_topics.png": _top_topics,
     "fanout.png": _fanout,

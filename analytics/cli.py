@@ -3,6 +3,7 @@
 ::
 
     msgbroker analytics report /var/lib/msgbroker/journal --out report/
+    msgbroker analytics report /srv/journals/db1 /srv/journals/db2 --out report/  # a cluster
     msgbroker analytics report JOURNAL --out report/ --since 2026-11-22T08:00 --until 2026-11-23
     msgbroker analytics report JOURNAL --out report/ --master spark://head:7077
     msgbroker analytics prepare         # once: the class-data archive, for faster start-up
@@ -50,9 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "report",
         help="aggregate the journal into Parquet tables and an HTML report with charts",
         description="Aggregate JOURNAL_DIR into REPORT_DIR/tables/<name>/ (Parquet) and "
-        "REPORT_DIR/index.html (with PNG charts).",
+        "REPORT_DIR/index.html (with PNG charts). Several JOURNAL_DIRs (the nodes of a "
+        "cluster; or one directory holding a journal per subdirectory) make one report, "
+        "cluster-wide and per node.",
     )
-    report.add_argument("journal_dir", metavar="JOURNAL_DIR", type=Path)
+    report.add_argument("journal_dir", metavar="JOURNAL_DIR", type=Path, nargs="+")
     report.add_argument("--out", metavar="REPORT_DIR", type=Path, required=True)
     _spark_arguments(report)
     report.add_argument(
@@ -148,8 +151,9 @@ def _stage(text: str) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    if not args.journal_dir.is_dir():
-        raise CommandError(f"{args.journal_dir} is not a directory")
+    for journal_dir in args.journal_dir:
+        if not journal_dir.is_dir():
+            raise CommandError(f"{journal_dir} is not a directory")
     if args.since and args.until and args.since >= args.until:
         raise CommandError("--since must be before --until")
     require_spark_extra()  # before the preload thread imports any of it
@@ -185,8 +189,9 @@ def _run_report(args: argparse.Namespace) -> int:
             _stage("stopping Spark")
             spark.stop()
     summary = report.tables["summary"].to_pylist()[0]
+    nodes = f", {summary['nodes']:,} nodes" if summary["nodes"] > 1 else ""
     print(
         f"report: {report.index} ({summary['messages']:,} messages, "
-        f"{summary['sessions']:,} sessions; tables in {report.out_dir / 'tables'})"
+        f"{summary['sessions']:,} sessions{nodes}; tables in {report.out_dir / 'tables'})"
     )
     return 0

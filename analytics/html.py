@@ -5,6 +5,9 @@ scripts, no web fonts), so it opens from a file or any static server.
 Written for a person: tables have titles in words (the Parquet name is beside, small),
 columns say what they hold, identifiers are printed as they are (no thousands separators),
 and a table or chart with nothing in it is one line saying so, not an empty frame.
+
+A report over several nodes (a cluster) gets a section on the nodes first, and a ``node``
+column in the sessions table; with one node neither is shown (the Parquet tables have them).
 """
 
 from __future__ import annotations
@@ -35,6 +38,16 @@ img { max-width: 100%; border: 1px solid #eee; display: block; } .warn { color: 
 p.none { color: #666; font-style: italic; margin: 0.3em 0 1em; }
 """
 
+#: the section shown first when the journals are several nodes'
+NODE_SECTION = (
+    "Nodes",
+    "messages_per_node.png",
+    ("nodes",),
+    "Each node's share. Published: messages clients sent to that node (the report counts a "
+    "message once, where it was published); received: messages other nodes published that "
+    "it delivered to its own clients. Deliveries, sessions and refused logins are the "
+    "node's own.",
+)
 #: section title, chart (or None), tables shown under it, and a sentence of explanation
 SECTIONS: tuple[tuple[str, str | None, tuple[str, ...], str], ...] = (
     (
@@ -88,6 +101,8 @@ SECTIONS: tuple[tuple[str, str | None, tuple[str, ...], str], ...] = (
 #: each table's title in the page, and the line shown instead when it has no rows
 TABLE_TITLES: dict[str, tuple[str, str]] = {
     "summary": ("Summary", "No data."),
+    "nodes": ("Nodes", "No nodes in this period."),
+    "traffic_by_node_minute": ("Messages per minute, by node", "No messages in this period."),
     "kinds": ("Messages by kind", "No messages in this period."),
     "protocols": ("Sent, by the sender's protocol", "No messages in this period."),
     "recipient_protocols": (
@@ -116,35 +131,46 @@ COLUMN_LABELS: dict[str, str] = {
     "hosts": "peer addresses",
     "identities": "identities tried",
     "host": "peer address",
+    "received": "received from other nodes",
+    "open_sessions": "still open",
+    "auth_failures": "refused logins",
 }
 TABLE_COLUMN_LABELS: dict[tuple[str, str], str] = {
     ("fanout", "delivered"): "deliveries of one message",
     ("fanout", "messages"): "messages",
+    ("nodes", "messages"): "published",
+    ("nodes", "received"): "received",
+    ("traffic_by_node_minute", "received"): "received",
 }
+#: columns in the Parquet table but not in the page's, which would be too wide for them
+PAGE_HIDDEN: dict[str, tuple[str, ...]] = {"nodes": ("first", "last")}
 #: columns that are identifiers, not quantities: printed as they are (no 1,234 grouping)
 IDENTIFIER_COLUMNS = frozenset({"session_id"})
 
 
 def write_index(
     out_dir: Path,
-    journal_dir: Path,
+    journal_dir: Path | Sequence[Path],
     tables: dict[str, pa.Table],
     charts: Sequence[Path],
     skipped: Sequence[SkippedFile],
 ) -> Path:
-    """Write index.html into ``out_dir``; charts and tables are linked relative to it."""
+    """Write index.html into ``out_dir``; charts and tables are linked relative to it.
+    ``journal_dir``: the journal directory, or those of several nodes."""
     summary = tables["summary"].to_pylist()[0]
     chart_names = {p.name: p for p in charts}
+    journals = [journal_dir] if isinstance(journal_dir, str | Path) else list(journal_dir)
+    several = tables["nodes"].num_rows > 1
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
         "<title>msgbroker journal report</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>msgbroker journal report</h1>",
-        f'<p class="sub">{escape(str(journal_dir))} &middot; '
+        f'<p class="sub">{escape(", ".join(map(str, journals)))} &middot; '
         f"{escape(_period(summary))} &middot; generated "
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC</p>",
-        _cards(summary),
+        _cards(summary, several),
     ]
     if skipped:
         parts.append(
@@ -155,7 +181,7 @@ def write_index(
             f"<li><code>{escape(str(s.path))}</code>: {escape(s.reason)}</li>" for s in skipped
         )
         parts.append("</ul>")
-    for title, chart, names, text in SECTIONS:
+    for title, chart, names, text in (NODE_SECTION, *SECTIONS) if several else SECTIONS:
         parts.append(f"<h2>{escape(title)}</h2>")
         if all(tables[name].num_rows == 0 for name in names):
             # one line for the whole section: no empty chart, no empty tables
@@ -166,7 +192,11 @@ def write_index(
             rel = chart_names[chart].relative_to(out_dir).as_posix()
             parts.append(f'<img src="{escape(rel)}" alt="{escape(title)} (chart)">')
         for name in names:
-            parts.append(_table(name, tables[name]))
+            table = tables[name]
+            if not several and "node" in table.column_names:
+                table = table.drop_columns(["node"])  # one node: nothing to tell apart
+            table = table.drop_columns(list(PAGE_HIDDEN.get(name, ())))
+            parts.append(_table(name, table))
     parts.append("<h2>Tables</h2><p>Every table, in full, as Parquet:</p><ul>")
     parts.extend(
         f'<li><a href="tables/{name}/">tables/{name}/</a>: '
@@ -186,8 +216,9 @@ def _period(summary: dict[str, Any]) -> str:
     return f"{first:%Y-%m-%d %H:%M:%S} to {last:%Y-%m-%d %H:%M:%S} UTC"
 
 
-def _cards(summary: dict[str, Any]) -> str:
-    cards = [
+def _cards(summary: dict[str, Any], several: bool = False) -> str:
+    cards = [("nodes", summary["nodes"])] if several else []
+    cards += [
         ("messages", summary["messages"]),
         ("bytes", _bytes(summary["bytes"])),
         ("deliveries", summary["delivered"]),
@@ -199,6 +230,9 @@ def _cards(summary: dict[str, Any]) -> str:
         ("still open", summary["open_sessions"]),
         ("auth failures", summary["auth_failures"]),
     ]
+    if summary["received"]:
+        cards.insert(cards.index(("deliveries", summary["delivered"])),
+                     ("received from other nodes", summary["received"]))  # fmt: skip
     if summary["skipped_files"]:
         cards.append(("files skipped", summary["skipped_files"]))
     inner = "".join(
@@ -264,6 +298,8 @@ def _table(name: str, table: pa.Table) -> str:
 def _cell(column: str, value: Any) -> str:
     if value is None:
         return "—"
+    if column == "node" and value == "":
+        return "(unnamed)"  # a journal from before node names
     if column in IDENTIFIER_COLUMNS:
         return str(value)
     if isinstance(value, dt.datetime):

@@ -67,10 +67,18 @@ SESSIONS_COLUMNS = pa.schema(
     ]
 )
 COLUMNS = {MESSAGES: MESSAGES_COLUMNS, SESSIONS: SESSIONS_COLUMNS}
+#: the node columns (``messages/4``, ``sessions/3``), which segments written before node
+#: names lack (the jobs read ``node`` as ``""``, ``origin_node`` as null); when a file has
+#: them, their types are checked as the others' are
+NODE_COLUMNS = {
+    MESSAGES: pa.schema([("node", pa.string()), ("origin_node", pa.string())]),
+    SESSIONS: pa.schema([("node", pa.string())]),
+}
 
 #: columns a segment may lack: ``messages/1`` segments (one row per message, int32
-#: ``payload_size``) have no ``count``; the jobs read it as null and count 1
-OPTIONAL = frozenset({"count"})
+#: ``payload_size``) have no ``count``; the jobs read it as null and count 1; and the node
+#: columns
+OPTIONAL = frozenset({"count", "node", "origin_node"})
 
 PARTITION_PREFIX = "date="
 
@@ -107,7 +115,7 @@ def list_table(
     row in ``[since, until)``: their files are not even opened. Rows are still filtered by
     the job; this only saves reading days that cannot match.
     """
-    expected = COLUMNS[table]
+    expected = pa.schema([*COLUMNS[table], *NODE_COLUMNS[table]])
     segments: list[Path] = []
     skipped: list[SkippedFile] = []
     for path in _walk(journal_dir / table):

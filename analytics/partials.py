@@ -17,23 +17,34 @@ be read (its footer was checked on the driver already: this is the rarer damage 
 
 The grains (keys → values; sums unless said otherwise)::
 
-    by_sender    kind, minute, protocol, sender → messages, bytes, delivered, skipped, dropped
-    span         kind → first (min ts), last (max ts)
-    by_topic     kind, topic, fanout → messages, bytes, delivered, skipped, dropped
+    by_sender    kind, minute, protocol, sender, node → messages, received, bytes, delivered,
+                 skipped, dropped
+    span         kind, node → first (min ts), last (max ts)
+    by_topic     kind, topic, fanout → messages, bytes, routed, delivered, skipped, dropped
     recipients   kind, protocol (a recipient's) → deliveries
     topic_minute minute, topic → messages, bytes             [mcast, listed topics only]
-    failures     identity, host → failures, last (max ts)                    [auth failures]
-    sessions     session_id → opened (min), closed (max), protocol, identity, host, reason
+    failures     node, identity, host → failures, last (max ts)              [auth failures]
+    sessions     node, session_id → opened (min), closed (max), protocol, identity, host,
+                 reason
 
 A journal row stands for ``count`` messages (null in ``messages/1`` segments: 1): messages
 are ``sum(count)``, bytes ``sum(payload_size)`` (a run's total), deliveries and skips
 ``sum(delivered * count)`` (per message in the row), drops ``sum(dropped)`` (a run's total).
+
+Several nodes (a cluster): every row names its ``node`` (null before node names: ``""``), and
+a row of a message another node published names its ``origin_node``. A message counts once,
+where it was published: ``messages`` and ``bytes`` are those of the rows without an origin;
+``received`` counts the others (messages a node routed for another), ``routed`` both (a
+node's fan-out); deliveries, skips and drops count on every row (each node records its own).
+A segment is one node's, so ``node`` as a key adds no groups (but for the senders whose
+messages other nodes received): the per-node tables roll up from these grains on the
+driver, at no cost to a task but a dictionary-coded key.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,7 +78,11 @@ MESSAGE_COLUMNS = {
 }
 TOPIC_MINUTE_COLUMNS = ("ts", "kind", "topic", "count", "payload_size")
 #: read as dictionaries: few distinct values, repeated on every row
-DICTIONARY_COLUMNS = ("protocol", "sender", "kind", "topic")
+DICTIONARY_COLUMNS = ("protocol", "sender", "kind", "topic", "node", "origin_node")
+#: columns a segment written before node names lacks, read as dictionaries: ``node`` as
+#: ``""`` (no node recorded), ``origin_node`` as null (published on the row's node)
+NODE_COLUMNS = {MESSAGES: ("node", "origin_node"), SESSIONS: ("node",)}
+DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 SESSION_COLUMNS = {
     "ts": TIMESTAMP,
     "event": pa.string(),
@@ -84,19 +99,19 @@ MAIN_GRAINS = ("by_sender", "span", "by_topic", "recipients", "failures", "sessi
 #: grain → (keys, {value: how partials merge})
 GRAINS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "by_sender": (
-        ("kind", "minute", "protocol", "sender"),
-        dict.fromkeys(("messages", "bytes", "delivered", "skipped", "dropped"), "sum"),
+        ("kind", "minute", "protocol", "sender", "node"),
+        dict.fromkeys(("messages", "received", "bytes", "delivered", "skipped", "dropped"), "sum"),
     ),
-    "span": (("kind",), {"first": "min", "last": "max"}),
+    "span": (("kind", "node"), {"first": "min", "last": "max"}),
     "by_topic": (
         ("kind", "topic", "fanout"),
-        dict.fromkeys(("messages", "bytes", "delivered", "skipped", "dropped"), "sum"),
+        dict.fromkeys(("messages", "bytes", "routed", "delivered", "skipped", "dropped"), "sum"),
     ),
     "recipients": (("kind", "protocol"), {"deliveries": "sum"}),
     "topic_minute": (("minute", "topic"), {"messages": "sum", "bytes": "sum"}),
-    "failures": (("identity", "host"), {"failures": "sum", "last": "max"}),
+    "failures": (("node", "identity", "host"), {"failures": "sum", "last": "max"}),
     "sessions": (
-        ("session_id",),
+        ("node", "session_id"),
         {
             "opened": "min",
             "closed": "max",
@@ -194,8 +209,10 @@ def empty(grain: str) -> pa.Table:
     """``grain`` with no rows (no task had any), with the columns and types of one that has."""
     if grain in ("failures", "sessions"):
         data = pa.table({n: pa.array([], t) for n, t in SESSION_COLUMNS.items()})
+        data = _with_nodes(data, NODE_COLUMNS[SESSIONS])
         return _sessions(data)[grain]
     data = pa.table({n: pa.array([], t) for n, t in MESSAGE_COLUMNS.items()})
+    data = _with_nodes(data, NODE_COLUMNS[MESSAGES])
     grains = _topic_minutes(data, []) if grain == "topic_minute" else _messages(data)
     return grains[grain]
 
@@ -226,11 +243,17 @@ def _read(path: str, table: str, topic_minute: bool) -> pa.Table:
     dictionary-encoded as Parquet stores them (reading and grouping integer codes is three
     times faster), the ``recipients`` map's keys with them (its values are cast later)."""
     wanted = SESSION_COLUMNS if table == SESSIONS else MESSAGE_COLUMNS
+    nodes_wanted = NODE_COLUMNS[table]
     if table == MESSAGES and topic_minute:
         wanted = {c: MESSAGE_COLUMNS[c] for c in TOPIC_MINUTE_COLUMNS}
+        nodes_wanted = ("origin_node",)  # a topic's series counts messages where published
     layout = pq.read_metadata(path).schema
     present = set(layout.to_arrow_schema().names)
-    encoded = [c for c in DICTIONARY_COLUMNS if c in wanted] if table == MESSAGES else []
+    nodes = tuple(c for c in nodes_wanted if c in present)
+    wanted = {**wanted, **dict.fromkeys(nodes, DICTIONARY)}
+    encoded = [c for c in DICTIONARY_COLUMNS if c in wanted]
+    if table == SESSIONS:
+        encoded = list(nodes)
     uncast = set(encoded)
     if "recipients" in wanted:
         uncast.add("recipients")
@@ -250,7 +273,27 @@ def _read(path: str, table: str, topic_minute: bool) -> pa.Table:
         if not (column.type.equals(kind) or name in uncast):
             column = column.cast(kind)
         columns.append(column)
-    return pa.table(columns, names=list(wanted))
+    return _with_nodes(pa.table(columns, names=list(wanted)), nodes_wanted)
+
+
+def _with_nodes(data: pa.Table, names: Sequence[str]) -> pa.Table:
+    """``data`` with the node columns ``names`` as every segment gets them: ``node``
+    (``""`` where not recorded: in a segment from before node names) and ``origin_node``
+    (null where missing: published on the row's node), dictionary-encoded."""
+    for name in names:
+        if name in data.column_names:
+            column = data.column(name)
+            if name == "node" and column.null_count:
+                index = data.column_names.index(name)
+                data = data.set_column(index, name, pc.fill_null(column, ""))
+            continue
+        if name == "node":
+            zeros = pa.array(np.zeros(data.num_rows, np.int32))
+            missing = pa.DictionaryArray.from_arrays(zeros, pa.array([""], pa.string()))
+        else:
+            missing = pa.nulls(data.num_rows, DICTIONARY)
+        data = data.append_column(name, missing)
+    return data
 
 
 def _window(data: pa.Table, since: dt.datetime | None, until: dt.datetime | None) -> pa.Table:
@@ -287,32 +330,69 @@ def _reduce(
         partials.setdefault(grain, []).append(partial)
 
 
+def _one_node(data: pa.Table) -> str | None:
+    """The node of every row when there is one (the usual case: a step's segments are
+    one node's, or several that happen to be the same one), else None."""
+    node = data.column("node")
+    if node.num_chunks == 0 or node.null_count:
+        return None
+    first = node.chunk(0).dictionary
+    if len(first) != 1 or any(
+        len(c) and not c.dictionary.equals(first) for c in node.chunks
+    ):  # unified dictionaries: one entry is one node
+        return None
+    name: str = first[0].as_py()
+    return name
+
+
 def _messages(data: pa.Table) -> dict[str, pa.Table]:
     # every kind is grouped, presence too, and the driver keeps the kinds each table wants:
     # dropping a few groups there is cheaper than filtering every row here
+    data = _with_nodes(data, NODE_COLUMNS[MESSAGES])  # segments reduced one by one
     count = pc.fill_null(data.column("count"), 1)
     kind = data.column("kind")
     ts = data.column("ts")
-    per_message = {
-        "messages": count,
-        "bytes": data.column("payload_size"),
+    size = data.column("payload_size")
+    outcomes = {
         "delivered": pc.multiply(data.column("delivered"), count),
         "skipped": pc.multiply(data.column("skipped"), count),
         "dropped": data.column("dropped"),
     }
-    by_sender = {
+    by_sender: dict[str, Any] = {
         "kind": kind,
         "minute": _minute(ts),
         "protocol": data.column("protocol"),
         "sender": data.column("sender"),
-        **per_message,
+        **outcomes,
     }
-    by_topic = {
+    by_topic: dict[str, Any] = {
         "kind": kind,
         "topic": data.column("topic"),
         "fanout": data.column("delivered"),
-        **per_message,
+        **outcomes,
     }
+    span: dict[str, Any] = {"kind": kind, "first": ts, "last": ts}
+    # the usual case, one node's rows that all were published on it, costs no more than a
+    # journal without nodes: the node, the nothing received and the routed (= published)
+    # are put in after grouping, on the groups
+    node = _one_node(data)
+    origin = data.column("origin_node")
+    after: dict[str, Any] = {}
+    if node is not None:
+        after["node"] = node
+    else:
+        by_sender["node"] = span["node"] = data.column("node")
+    if origin.null_count == len(origin):
+        by_sender |= {"messages": count, "bytes": size}
+        by_topic |= {"messages": count, "bytes": size}
+        after |= {"received": 0, "routed": "messages"}
+    else:  # each message counts once, where it was published: elsewhere it is received
+        here = pc.is_null(origin)
+        published, published_bytes = pc.if_else(here, count, 0), pc.if_else(here, size, 0)
+        by_sender |= {"messages": published, "bytes": published_bytes}
+        by_sender["received"] = pc.if_else(here, 0, count)
+        by_topic |= {"messages": published, "bytes": published_bytes, "routed": count}
+
     # deliveries by the recipients' protocols: each map entry, weighed by its row's count;
     # chunk by chunk, as each file's keys have their own dictionary
     by_recipient: list[pa.Table] = []
@@ -334,18 +414,22 @@ def _messages(data: pa.Table) -> dict[str, pa.Table]:
             )
         )
     return {
-        "by_sender": _group(pa.table(by_sender), "by_sender"),
-        "span": _group(pa.table({"kind": kind, "first": ts, "last": ts}), "span"),
-        "by_topic": _group(pa.table(by_topic), "by_topic"),
+        "by_sender": _group(pa.table(by_sender), "by_sender", after),
+        "span": _group(pa.table(span), "span", after),
+        "by_topic": _group(pa.table(by_topic), "by_topic", after),
         "recipients": _group(_concat(by_recipient), "recipients"),
     }
 
 
 def _topic_minutes(data: pa.Table, topics: Sequence[str]) -> dict[str, pa.Table]:
+    data = _with_nodes(data, ("origin_node",))
     keep = pc.and_(
         pc.equal(data.column("kind"), "mcast"),
         pc.is_in(data.column("topic"), pa.array(topics, pa.string())),
     )
+    origin = data.column("origin_node")
+    if origin.null_count != len(origin):  # counted where published, once
+        keep = pc.and_(keep, pc.is_null(origin))
     rows = data.filter(keep)
     frame = pa.table(
         {
@@ -359,12 +443,14 @@ def _topic_minutes(data: pa.Table, topics: Sequence[str]) -> dict[str, pa.Table]
 
 
 def _sessions(data: pa.Table) -> dict[str, pa.Table]:
+    data = _with_nodes(data, NODE_COLUMNS[SESSIONS])
     event = data.column("event")
     failed = data.filter(pc.equal(event, "auth_failure"))
     out = {
         "failures": _group(
             pa.table(
                 {
+                    "node": failed.column("node"),
                     "identity": failed.column("identity"),
                     "host": failed.column("host"),
                     "failures": pa.array([1] * failed.num_rows, pa.int64()),
@@ -385,6 +471,7 @@ def _sessions(data: pa.Table) -> dict[str, pa.Table]:
     out["sessions"] = _group(
         pa.table(
             {
+                "node": known.column("node"),
                 "session_id": known.column("session_id"),
                 "opened": when(pc.equal(event, "open"), ts),
                 "closed": when(is_close, ts),
@@ -402,13 +489,32 @@ def _sessions(data: pa.Table) -> dict[str, pa.Table]:
     return out
 
 
-def _group(frame: pa.Table, grain: str) -> pa.Table:
+def _group(frame: pa.Table, grain: str, after: Mapping[str, Any] | None = None) -> pa.Table:
     """``frame`` grouped at ``grain``, its keys as plain strings (partials from other steps
-    and tasks have other dictionaries)."""
+    and tasks have other dictionaries). ``after``: keys and values of the grain that
+    ``frame`` lacks because they are the same on every row, put in on the groups: a
+    string or number for all, or the name of the value they equal."""
     keys, values = GRAINS[grain]
-    grouped = frame.group_by(list(keys), use_threads=False).aggregate(list(values.items()))
-    names = {f"{value}_{how}": value for value, how in values.items()}
-    return _plain(grouped.rename_columns(names).select([*keys, *values]))
+    for index, field in enumerate(frame.schema):
+        if pa.types.is_dictionary(field.type) and values.get(field.name) in ("min", "max"):
+            # min and max have no kernel for dictionaries (partials come back encoded)
+            plain = frame.column(index).cast(field.type.value_type)
+            frame = frame.set_column(index, field.name, plain)
+    missing = {name: v for name, v in (after or {}).items() if name not in frame.column_names}
+    present = [k for k in keys if k not in missing]
+    aggregations = [(v, how) for v, how in values.items() if v not in missing]
+    grouped = frame.group_by(present, use_threads=False).aggregate(aggregations)
+    grouped = grouped.rename_columns({f"{v}_{how}": v for v, how in aggregations})
+    for name, value in missing.items():
+        if name not in (*keys, *values):
+            continue
+        if isinstance(value, str) and value in grouped.column_names:
+            column = grouped.column(value)
+        else:
+            kind = pa.string() if isinstance(value, str) else pa.int64()
+            column = pa.repeat(pa.scalar(value, kind), grouped.num_rows)
+        grouped = grouped.append_column(name, column)
+    return _plain(grouped.select([*keys, *values]))
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:

@@ -25,6 +25,10 @@ histogram weighs each row's ``delivered`` by its ``count``.
 Which rows count as traffic: ``mcast``, ``ucast`` and ``bcast``. ``subscribe`` and
 ``unsubscribe`` rows (presence) appear in the ``kinds`` table and in the drop totals, not in
 the traffic tables. "Topics" are mcast topics (a ucast's ``topic`` is its target identity).
+
+Several nodes' journals (a cluster; :mod:`.nodes`) make one report: a message counts once,
+on the node it was published on (rows without ``origin_node``), its deliveries on every
+node; ``nodes`` and ``traffic_by_node_minute`` have each node's share.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import pyarrow.parquet as pq
 
 from . import charts, html, partials
 from .journal_files import SkippedFile, list_table
+from .nodes import NODE_TABLES, journal_directories, node_tables
 from .partials import MESSAGES, SESSIONS
 
 __all__ = ["TABLES", "Report", "SkippedFile", "parse_time", "run_report"]
@@ -59,6 +64,7 @@ TOP_TOPICS_SERIES = 10
 #: every table the report writes, in the order index.html shows them
 TABLES = (
     "summary",
+    *NODE_TABLES,
     "kinds",
     "protocols",
     "recipient_protocols",
@@ -97,7 +103,7 @@ def parse_time(text: str) -> dt.datetime:
 
 def run_report(
     spark: SparkSession | SparkContext,
-    journal_dir: Path,
+    journal_dir: Path | Sequence[Path],
     out_dir: Path,
     since: dt.datetime | None = None,
     until: dt.datetime | None = None,
@@ -105,6 +111,9 @@ def run_report(
     on_stage: Callable[[str], None] | None = None,
 ) -> Report:
     """Compute the report of ``journal_dir`` rows in ``[since, until)`` into ``out_dir``.
+
+    ``journal_dir`` is a journal directory, or several (the nodes of a cluster), each a
+    journal or a directory of journals (:func:`.nodes.journal_directories`).
 
     ``spark`` is a SparkSession or just a SparkContext (all the report uses: the command
     starts only that, two seconds quicker than a session).
@@ -115,10 +124,16 @@ def run_report(
     "computing ...", "writing ..."), for a person waiting for it.
     """
     stage = on_stage or (lambda text: None)
-    journal_dir, out_dir = Path(journal_dir), Path(out_dir)
-    stage(f"reading the journal in {journal_dir}")
-    listed = {t: list_table(journal_dir, t, since, until) for t in (MESSAGES, SESSIONS)}
-    skipped = list(listed[MESSAGES].skipped + listed[SESSIONS].skipped)
+    journals, out_dir = journal_directories(journal_dir), Path(out_dir)
+    where = ", ".join(map(str, journals))
+    stage(f"reading the journal{'s' if len(journals) > 1 else ''} in {where}")
+    segments: dict[str, list[Path]] = {MESSAGES: [], SESSIONS: []}
+    skipped: list[SkippedFile] = []
+    for table in (MESSAGES, SESSIONS):
+        for journal in journals:
+            listed = list_table(journal, table, since, until)
+            segments[table] += listed.segments
+            skipped += listed.skipped
     if on_skip is not None:
         for item in skipped:
             on_skip(item)
@@ -126,7 +141,7 @@ def run_report(
 
     context = spark.sparkContext if isinstance(spark, SparkSession) else spark
     jobs = _Jobs(context, since, until, on_skip, skipped)
-    messages, sessions = listed[MESSAGES].segments, listed[SESSIONS].segments
+    messages, sessions = segments[MESSAGES], segments[SESSIONS]
     stage(
         f"computing traffic, topics, talkers and sessions from {len(messages)} message and "
         f"{len(sessions)} session segments"
@@ -149,7 +164,7 @@ def run_report(
             pq.write_table(tables[name], target / "part-00000.parquet")
         chart_paths = charts_done.result()
     stage(f"writing {out_dir / 'index.html'}")
-    index = html.write_index(out_dir, journal_dir, tables, chart_paths, tuple(skipped))
+    index = html.write_index(out_dir, journals, tables, chart_paths, tuple(skipped))
     return Report(out_dir, index, tables, tuple(chart_paths), tuple(skipped))
 
 
@@ -201,23 +216,33 @@ def aggregate(
     tables: dict[str, pa.Table] = {}
 
     by_sender = grains["by_sender"]
-    kinds = _rollup(by_sender, ["kind"], VOLUME + OUTCOMES).join(grains["span"], "kind")
+    span = (
+        grains["span"]
+        .group_by(["kind"], use_threads=False)
+        .aggregate([("first", "min"), ("last", "max")])
+    )
+    span = span.rename_columns({"first_min": "first", "last_max": "last"})
+    kinds = _rollup(by_sender, ["kind"], VOLUME + OUTCOMES).join(span, "kind")
     tables["kinds"] = _sorted(kinds, [("messages", "descending"), ("kind", "ascending")])
     traffic = _traffic(by_sender)
     tables["protocols"] = _sorted(
         _rollup(traffic, ["protocol"], VOLUME + OUTCOMES),
         [("messages", "descending"), ("protocol", "ascending")],
     )
+    # a sender's messages count where published: in a report without that node's journal,
+    # its messages delivered here add no messages (only deliveries, in the tables that
+    # have them), and a minute or a sender with none is no row of these
+    published = traffic.filter(pc.greater(traffic.column("messages"), 0))
     tables["traffic_by_minute"] = _sorted(
-        _rollup(traffic, ["minute", "protocol"], VOLUME),
+        _rollup(published, ["minute", "protocol"], VOLUME),
         [("minute", "ascending"), ("protocol", "ascending")],
     )
     tables["senders_by_minute"] = _sorted(
-        _rollup(traffic, ["minute", "sender"], VOLUME),
+        _rollup(published, ["minute", "sender"], VOLUME),
         [("minute", "ascending"), ("sender", "ascending")],
     )
     tables["top_talkers"] = _ranked(
-        _rollup(traffic, ["sender"], VOLUME, [("protocol", "count_distinct")]).rename_columns(
+        _rollup(published, ["sender"], VOLUME, [("protocol", "count_distinct")]).rename_columns(
             {"protocol": "protocols"}
         )
     )
@@ -229,8 +254,11 @@ def aggregate(
         [("messages", "descending"), ("bytes", "descending"), ("topic", "ascending")],
     )
     tables["topics"] = topics
+    # per node that routed a message: one node cannot see another's deliveries of it
     tables["fanout"] = _sorted(
-        _rollup(by_topic, ["fanout"], ["messages"]).rename_columns({"fanout": "delivered"}),
+        _rollup(by_topic, ["fanout"], ["routed"]).rename_columns(
+            {"fanout": "delivered", "routed": "messages"}
+        ),
         [("delivered", "ascending")],
     )
     tables["drops_by_topic"] = _sorted(
@@ -259,8 +287,9 @@ def aggregate(
     )
     tables["sessions"] = _sorted(
         _session_table(grains["sessions"]),
-        [("opened", "ascending"), ("session_id", "ascending")],
+        [("opened", "ascending"), ("session_id", "ascending"), ("node", "ascending")],
     )
+    tables.update(node_tables(by_sender, grains["span"], tables["sessions"], failures))
     return tables
 
 
@@ -308,9 +337,9 @@ def _traffic(table: pa.Table) -> pa.Table:
 
 
 def _session_table(sessions: pa.Table) -> pa.Table:
-    """One row per ``session_id``: open → close, duration, and ``state``: ``closed``,
-    ``open`` (no close yet: still connected, or the broker died), or ``partial`` (its open
-    is before the journal or the ``--since`` window)."""
+    """One row per session (``node`` and ``session_id``): open → close, duration, and
+    ``state``: ``closed``, ``open`` (no close yet: still connected, or the broker died), or
+    ``partial`` (its open is before the journal or the ``--since`` window)."""
     opened, closed = sessions.column("opened"), sessions.column("closed")
     micros = pc.subtract(closed.cast(pa.int64()), opened.cast(pa.int64()))
     state = pc.if_else(
@@ -321,6 +350,7 @@ def _session_table(sessions: pa.Table) -> pa.Table:
     return pa.table(
         {
             "session_id": sessions.column("session_id"),
+            "node": sessions.column("node"),
             "protocol": sessions.column("protocol"),
             "identity": sessions.column("identity"),
             "host": sessions.column("host"),
@@ -373,6 +403,7 @@ def summarize(
         "skipped": sum(k["skipped"] or 0 for k in kinds),
         "dropped": sum(k["dropped"] or 0 for k in kinds),
         "presence_events": sum(k["messages"] for k in kinds if k["kind"] not in TRAFFIC_KINDS),
+        "received": sum(tables["nodes"].column("received").to_pylist()),
         "topics": tables["topics"].num_rows,
         "senders": tables["top_talkers"].num_rows,
         "first": min(firsts) if firsts else None,
@@ -383,6 +414,7 @@ def summarize(
         "since": since,
         "until": until,
         "skipped_files": skipped_files,
+        "nodes": tables["nodes"].num_rows,
     }
     schema = pa.schema(
         [

@@ -30,7 +30,8 @@ journal gets nothing at all, the last window waits for the next message. Topics 
 when ``_stats/topic/`` plus the topic is not an SSMP id (over 64 characters, or characters
 SSMP ids cannot have), and so are the ``_stats/`` topics themselves, whose counts would
 otherwise feed back into the counts. Only MCASTs are counted (a UCAST's "topic" is its
-target).
+target), each once: a row of a message another node of a cluster published (its
+``origin_node``) is that node's to count.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ PUBLISHABLE_TOPIC = (
 )
 #: the columns of the journal's messages table (plugins/journal/schema.py) the query reads;
 #: ``count`` (how many messages a row stands for) is missing from ``messages/1`` segments,
-#: whose rows are one message each
-MESSAGES_SCHEMA = "ts timestamp, kind string, topic string, count int"
+#: whose rows are one message each; ``origin_node`` (set on a node's deliveries of a message
+#: another node published) is missing from segments before node names: null, published here
+MESSAGES_SCHEMA = "ts timestamp, kind string, topic string, count int, origin_node string"
 DEFAULT_WINDOW = 10.0
 #: the journal's rows arrive in ``ts`` order (segments are written and renamed in sequence),
 #: so little lateness needs allowing for; each second of it delays every window's publication
@@ -119,6 +121,9 @@ def stats(
         (F.col("kind") == "mcast")
         & F.col("topic").rlike(PUBLISHABLE_TOPIC)
         & ~F.col("topic").startswith(STATS_PREFIX)
+        # a cluster's message counts once, on the node it was published on (a directory
+        # several nodes write into holds the other nodes' rows of it too)
+        & F.col("origin_node").isNull()
     )
     # Every journal row must move the watermark on, so the rows not counted are not filtered
     # out before the aggregation: Spark's optimizer would push such a filter below the

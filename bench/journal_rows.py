@@ -3,10 +3,12 @@
     python bench/journal_rows.py /tmp/journal5m                 # 5,000,000 message rows
     python bench/journal_rows.py /tmp/j --rows 200000 --seed 7
 
-Writes the journal plugin's layout (docs/journal.md): ``DIR/messages/date=.../seg-N.parquet``
-and ``DIR/sessions/...``, each segment written under a ``.``-name and renamed, as the
-journal does. The traffic is shaped like a busy broker's, not uniform noise, because the
-aggregations' cost depends on it: 4 protocols, a few hundred senders and a few thousand
+Writes the journal plugin's layout (docs/journal.md):
+``DIR/messages/date=.../seg-NODE-N.parquet`` and ``DIR/sessions/...``, each segment written
+under a ``.``-name and renamed, as the journal does, as one node (``--node``, default
+``bench:4444``; ``--node ""``: a journal from before node names, without node columns).
+The traffic is shaped like a busy broker's, not uniform noise, because the aggregations'
+cost depends on it: 4 protocols, a few hundred senders and a few thousand
 topics whose activity follows a Zipf-like law (a handful of topics and senders carry most
 messages), fan-out per topic from its popularity, log-normal payload sizes, timestamps over
 24 hours (from noon, so two ``date=`` partitions) with a day/night swing, a few drops and
@@ -55,7 +57,9 @@ def timestamps(rng: np.random.Generator, n: int) -> np.ndarray:
     return ts + int(START.timestamp() * 1_000_000)
 
 
-def messages(rng: np.random.Generator, n: int, n_topics: int, n_senders: int) -> pa.Table:
+def messages(
+    rng: np.random.Generator, n: int, n_topics: int, n_senders: int, node: str = ""
+) -> pa.Table:
     sender_protocol = rng.choice(PROTOCOLS, size=n_senders, p=PROTOCOL_WEIGHTS)
     sender_names = np.array([f"{p}-user{i:03d}" for i, p in enumerate(sender_protocol)])
     topic_names = np.array([f"app{i % 37}.topic{i:04d}" for i in range(n_topics)])
@@ -109,11 +113,20 @@ def messages(rng: np.random.Generator, n: int, n_topics: int, n_senders: int) ->
         "dropped": pa.array(dropped),
         "payload": pa.nulls(n, pa.binary()),
         "escaped": pa.nulls(n, pa.list_(pa.string())),  # every generated name is UTF-8
+        "node": pa.repeat(pa.scalar(node, pa.string()), n),
+        "origin_node": pa.nulls(n, pa.string()),  # one node: all published on it
     }
-    return pa.Table.from_pydict(columns, schema=MESSAGES_SCHEMA)
+    return _as_written(columns, MESSAGES_SCHEMA, node)
 
 
-def sessions(rng: np.random.Generator, n_sessions: int, n_senders: int) -> pa.Table:
+def _as_written(columns: dict[str, object], schema: pa.Schema, node: str) -> pa.Table:
+    """The columns the journal writes (the plugin's schema, or without the plugin the
+    readers' view of it); without a node, as before node names (no node columns)."""
+    kept = [f for f in schema if f.name in columns and (node or "node" not in f.name)]
+    return pa.Table.from_pydict({f.name: columns[f.name] for f in kept}, schema=pa.schema(kept))
+
+
+def sessions(rng: np.random.Generator, n_sessions: int, n_senders: int, node: str = "") -> pa.Table:
     rows: list[dict[str, object]] = []
     hosts = [f"10.0.{i // 250}.{i % 250 + 1}" for i in range(200)]
     base = int(START.timestamp() * 1_000_000)
@@ -135,7 +148,11 @@ def sessions(rng: np.random.Generator, n_sessions: int, n_senders: int) -> pa.Ta
     rows.sort(key=lambda r: r["ts"])  # type: ignore[arg-type,return-value]
     for r in rows:
         r["ts"] = dt.datetime.fromtimestamp(r["ts"] / 1e6, dt.UTC)  # type: ignore[operator]
-    return pa.Table.from_pylist(rows, schema=SESSIONS_SCHEMA)
+    table = pa.Table.from_pylist(rows)
+    columns = {name: table.column(name) for name in table.column_names}
+    columns["escaped"] = pa.nulls(table.num_rows, pa.list_(pa.string()))
+    columns["node"] = pa.repeat(pa.scalar(node, pa.string()), table.num_rows)
+    return _as_written(columns, SESSIONS_SCHEMA, node)
 
 
 def _event(ts, event, protocol, sid, identity, host, scheme=None, reason=None):
@@ -151,9 +168,11 @@ def _event(ts, event, protocol, sid, identity, host, scheme=None, reason=None):
     }
 
 
-def write_segments(table: pa.Table, directory: Path, segment_rows: int) -> int:
+def write_segments(table: pa.Table, directory: Path, segment_rows: int, node: str = "") -> int:
     """Split ``table`` (sorted by ts) by date and into ``segment_rows`` pieces, written like
-    the journal writes them (temporary name, then rename). Returns the number of files."""
+    the journal writes them (temporary name, then rename; named after ``node``). Returns
+    the number of files."""
+    prefix = "seg-" + (node.replace(":", "~") + "-" if node else "")
     days = pc.strftime(table.column("ts"), format="%Y-%m-%d", locale="C")
     seq = 0
     for day in sorted(set(days.to_pylist())):
@@ -162,9 +181,9 @@ def write_segments(table: pa.Table, directory: Path, segment_rows: int) -> int:
         target.mkdir(parents=True, exist_ok=True)
         for start in range(0, part.num_rows, segment_rows):
             seq += 1
-            temp = target / f".seg-{seq:08d}.parquet.tmp"
+            temp = target / f".{prefix}{seq:08d}.parquet.tmp"
             pq.write_table(part.slice(start, segment_rows), temp)
-            os.replace(temp, target / f"seg-{seq:08d}.parquet")
+            os.replace(temp, target / f"{prefix}{seq:08d}.parquet")
     return seq
 
 
@@ -177,13 +196,18 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=300)
     parser.add_argument("--sessions", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--node", default="bench:4444", help='the node that wrote it ("": none)')
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
-    table = messages(rng, args.rows, args.topics, args.senders)
-    n_msg = write_segments(table, args.dir / "messages", args.segment_rows)
+    node = args.node
+    table = messages(rng, args.rows, args.topics, args.senders, node)
+    n_msg = write_segments(table, args.dir / "messages", args.segment_rows, node)
     n_ses = write_segments(
-        sessions(rng, args.sessions, args.senders), args.dir / "sessions", args.segment_rows
+        sessions(rng, args.sessions, args.senders, node),
+        args.dir / "sessions",
+        args.segment_rows,
+        node,
     )
     print(
         f"{args.rows:,} message rows in {n_msg} segments, {args.sessions:,} sessions in "

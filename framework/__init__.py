@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .config import BrokerConfig, ConfigSection, Listener, Option
     from .errors import ConfigError, MsgbrokerError, RemoteProtocolError
     from .hooks import Plugins
-    from .message import Kind, Message, RouteResult
+    from .message import Kind, Message, RemoteMessage, RouteResult
     from .session import Session
 
 #: where each re-exported name lives: imported on first use (PEP 562), so ``import
@@ -43,6 +43,7 @@ _LAZY = {
     "Plugins": "hooks",
     "Kind": "message",
     "Message": "message",
+    "RemoteMessage": "message",
     "RouteResult": "message",
     "Session": "session",
 }
@@ -78,6 +79,7 @@ __all__ = [
     "Option",
     "Plugins",
     "ProtocolSpec",
+    "RemoteMessage",
     "RemoteProtocolError",
     "RouteResult",
     "Session",

@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from .auth import AuthResult, AuthScheme, Deny, LoginRequest, implied_by
 from .config import BrokerConfig, Listener, resolve_sections
 from .connection import StreamFactory
-from .engine import ClusterSettings, EngineSpec, default_node_name, redact_url, url_scheme
+from .engine import ClusterSettings, EngineSpec, redact_url, url_scheme
 from .errors import ConfigError, LimitExceeded
 from .hooks import Plugins
 from .hub import Hub, HubLimits, Peer
@@ -27,6 +27,7 @@ from .limits import ConnectionLimits, LoginThrottle, RateLimitedLog
 from .logins import WaitingLogins, start_login
 from .memory import Trimmer, resident_bytes
 from .message import Encoder, Message, MessageRun, RouteResult
+from .nodes import node_name
 from .output import Batcher, Output, OutputBudget, OutputPolicy
 from .pluginmanager import build_plugin_manager
 from .reasons import CloseReason
@@ -139,6 +140,10 @@ class Broker:
         self.schemes: dict[str, AuthScheme] = {}
         self.plugins.register_auth_schemes(self._register_scheme, self.config, self)
         self.enabled_schemes = self.enabled_schemes_for(self.config)
+        #: this broker's name among several (:mod:`msgbroker.nodes`): ``--node-name``, or
+        #: the host name and the first listener's port. A default whose port is 0 becomes
+        #: the bound port when the service has bound it, before ``msgbroker_broker_started``
+        self.node_name: str = node_name(self.config, self.listeners())
         #: engines by the URL schemes that pick them (``msgbroker_register_engines``)
         self.engines: dict[str, EngineSpec] = {}
         self.plugins.register_engines(self._register_engine)
@@ -503,17 +508,9 @@ class Broker:
             return
         from .cluster import Cluster
 
-        node = getattr(self, "node_name", None) or self._default_node_name()  # until i15-nodes
-        self.cluster = Cluster.join(self, spec, self.cluster_settings, node)
+        self.cluster = Cluster.join(self, spec, self.cluster_settings, self.node_name)
         if self.cluster is not None:
             self.cluster.start()
-
-    def _default_node_name(self) -> str:  # until i15-nodes
-        port = None
-        if self.listening:
-            text = self.listening[0][1].rsplit(":", 1)[-1]
-            port = int(text) if text.isdigit() else None
-        return default_node_name(port)
 
     def stop_cluster(self) -> Deferred[None]:
         """Leave the cluster (at shutdown, once the sessions are gone)."""

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from attrs import evolve, field, frozen
 
 from .errors import ConfigError
+from .nodes import check_node_name
 from .options import Option, as_list, convert
 from .sections import OPTION_TABLES, ConfigSection, check_sections
 
@@ -131,6 +132,10 @@ class BrokerConfig:
     log_format: str = "text"
     #: seconds connections get at shutdown to flush what they hold before they are cut
     shutdown_grace: float = 10.0
+    #: this broker's name among several (``--node-name``, or ``[cluster] node-name``);
+    #: None: the default, host name and first listener's port (:mod:`msgbroker.nodes`;
+    #: ``Broker.node_name`` is the name in use)
+    node_name: str | None = None
     #: the plugins' sections as given, section name -> key -> value: the TOML file's
     #: ``[name]`` tables and the plugins' options from the command line (or top-level keys),
     #: under their keys in the section. The broker turns each declared section into its
@@ -203,6 +208,8 @@ class BrokerConfig:
         ):
             if size < 1:
                 raise ConfigError(f"{name} must be at least 1, not {size}")
+        if self.node_name is not None:
+            check_node_name(self.node_name)
         if self.max_backlog < 0:
             raise ConfigError(f"max-backlog must be >= 0 bytes, not {self.max_backlog}")
         if any(listener.is_tls for listener in self.listeners) and not (
@@ -245,6 +252,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("log-level", "str", "debug, info, warn or error [info]."),
     Option("log-format", "str", "text, or json: one JSON object per line [text]."),
     Option("shutdown-grace", "float", "Seconds connections get to flush at shutdown [10]."),
+    Option("node-name", "str", "This broker's name among several nodes [HOST:PORT]."),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}
 KNOWN_KEYS = frozenset(_BY_NAME)
@@ -274,14 +282,23 @@ def from_mapping(
         kept = table.items() if isinstance(table, Mapping) else ()
         tables[section] = {**{k: v for k, v in kept if _key(k) != key}, key: value}
 
+    spelled: dict[str, str] = {}  # broker option -> how this layer gave it
+
+    def set_option(option: Option, value: Any, how: str) -> None:
+        if option.name in spelled and spelled[option.name] != how:
+            raise ConfigError(f"{spelled[option.name]} and {how} are one option: give it once")
+        spelled[option.name] = how
+        changes[option.field] = _convert_broker_option(option, value)
+
     for raw_key, value in values.items():
         if isinstance(value, Mapping) and _key(raw_key) in OPTION_TABLES:
-            # [auth]: its schemes are the broker's option, the rest a plugin's section
-            listed, inner = _BY_NAME[_key(raw_key)], OPTION_TABLES[_key(raw_key)]
+            # [auth]: its schemes are the broker's option, the rest a plugin's section;
+            # [cluster]: its node-name, and the rest the cluster engine's section
+            taken = OPTION_TABLES[_key(raw_key)]
             for key, item in value.items():
-                if _key(key) == inner:
-                    changes[listed.field] = _convert_broker_option(listed, item)
-            value = {k: v for k, v in value.items() if _key(k) != inner}  # noqa: PLW2901
+                if _key(key) in taken:
+                    set_option(_BY_NAME[taken[_key(key)]], item, f"[{raw_key}] {key}")
+            value = {k: v for k, v in value.items() if _key(k) not in taken}  # noqa: PLW2901
             if not value:
                 continue
         if isinstance(value, Mapping):  # a section's table
@@ -294,7 +311,7 @@ def from_mapping(
         name = _key(raw_key)
         option = _BY_NAME.get(name)
         if option is not None:
-            changes[option.field] = _convert_broker_option(option, value)
+            set_option(option, value, raw_key)
         elif name in by_flag:
             section, plugin_option = by_flag[name]
             put(section.name, plugin_option.name, value, raw_key)

@@ -23,8 +23,6 @@ An engine plugin::
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -43,7 +41,6 @@ __all__ = [
     "EngineEvents",
     "EngineSpec",
     "NodeState",
-    "default_node_name",
     "redact_url",
     "url_scheme",
 ]
@@ -136,12 +133,6 @@ def redact_url(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def default_node_name(port: int | None = None) -> str:
-    """The host name, and the first listener's port when known (``host:4444``)."""
-    name = socket.gethostname() or "localhost"
-    return f"{name}:{port}" if port else f"{name}:{os.getpid()}"
 
 
 class EngineEvents(Protocol):

@@ -71,6 +71,26 @@ class Message:
         """
         self._memo[encoder] = frame
 
+    @property
+    def origin_node(self) -> str | None:
+        """The node (:attr:`msgbroker.Broker.node_name`) this message was published on,
+        when that is another node of a cluster: a :class:`RemoteMessage`. ``None``: it was
+        published on this broker. A property here, so local messages carry nothing more."""
+        return None
+
+
+@frozen(slots=True, weakref_slot=False)
+class RemoteMessage(Message):
+    """A message published on another node of a cluster, routed here by the cluster engine
+    to this node's subscribers: ``origin_node`` names the node it was published on. The
+    journal records it (column ``origin_node``), so that a report over every node's journal
+    counts the message once, where it was published, and each node's deliveries of it::
+
+        RemoteMessage(Kind.MCAST, "alice", "ssmp", "news", b"hi", origin_node="db1:4444")
+    """
+
+    origin_node: str = field(kw_only=True)
+
 
 @frozen(slots=True, weakref_slot=False)
 class MessageRun:
@@ -102,6 +122,9 @@ class MessageRun:
     #: (SSMP: from the request block's length); see :meth:`payload_bytes`
     total_bytes: Callable[[], int] | None = field(default=None, eq=False, repr=False)
     _memo: dict[Any, Any] = field(factory=dict, eq=False, repr=False)
+    #: the node the run was published on when it is another node of a cluster (see
+    #: :class:`RemoteMessage`); ``None``: published on this broker
+    origin_node: str | None = field(default=None, kw_only=True)
 
     def payloads(self) -> Sequence[bytes]:
         """The payloads, in order, built once."""
@@ -124,9 +147,15 @@ class MessageRun:
         messages = memo.get(MessageRun)
         if messages is None:
             kind, sender, protocol, topic = self.kind, self.sender, self.protocol, self.topic
-            messages = memo[MessageRun] = [
-                Message(kind, sender, protocol, topic, p) for p in self.payloads()
-            ]
+            origin = self.origin_node
+            if origin is None:
+                messages = [Message(kind, sender, protocol, topic, p) for p in self.payloads()]
+            else:
+                messages = [
+                    RemoteMessage(kind, sender, protocol, topic, p, origin_node=origin)
+                    for p in self.payloads()
+                ]
+            memo[MessageRun] = messages
         return messages
 
     def encoded(self, encoder: Encoder) -> tuple[bytes, int]:

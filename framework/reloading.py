@@ -10,7 +10,8 @@ the plugins follow through ``msgbroker_reload``.
 Settings read where they are used (the login timeout, the keepalive, the login failure
 delay, the pre-login frame bound, sbus's block timeout) apply from the reload on, to new
 connections or new logins. Settings that shaped what was built at start (listeners, the
-plugins, the output policy and budget, the listen backlog, queue groups' backlog) keep their
+plugins, the output policy and budget, the listen backlog, queue groups' backlog, the node
+name) keep their
 running values: :data:`RESTART_ONLY`, and one log line names those that changed.
 """
 
@@ -38,6 +39,8 @@ RESTART_ONLY: tuple[tuple[str, str], ...] = (
     ("max_output", "max-output"),
     ("mm2_queue_backlog", "mm2-queue-backlog"),
     ("listen_backlog", "listen-backlog"),
+    # the journal's files and the cluster's keys are named after it
+    ("node_name", "node-name"),
 )
 
 

@@ -21,12 +21,17 @@ _Settings_co = TypeVar("_Settings_co", covariant=True)
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
-#: broker options that may also be written as a table: the option's value is the table's
-#: key named here, and the table's other keys are the plugin section of the same name. So
+#: tables some of whose keys are broker options: table -> {key in the table: the broker
+#: option it is}; the table's other keys are the plugin section of the same name. So
 #: ``auth = ["secret"]`` still works, and so does ``[auth]`` with ``schemes = ["password"]``
 #: beside the users plugin's ``users = "FILE"`` (TOML cannot have both ``auth = [...]``
-#: and an ``[auth]`` table)
-OPTION_TABLES = {"auth": "schemes"}
+#: and an ``[auth]`` table); and ``[cluster]`` holds the cluster engine's keys beside the
+#: broker's ``node-name`` (msgbroker.nodes). One option given both ways in one file is an
+#: error
+OPTION_TABLES: dict[str, dict[str, str]] = {
+    "auth": {"schemes": "auth"},
+    "cluster": {"node-name": "node-name"},
+}
 
 
 @frozen
@@ -101,11 +106,14 @@ def check_sections(
     for section in sections:
         if section.name in names:
             raise ConfigError(f"two plugins declare the configuration section [{section.name}]")
-        inner = OPTION_TABLES.get(section.name)
-        if section.name in broker_options and inner is None:
+        taken = OPTION_TABLES.get(section.name, {})
+        if section.name in broker_options and section.name not in taken.values():
             raise ConfigError(f"the configuration section [{section.name}] is a broker option")
-        if inner is not None and any(option.name == inner for option in section.options):
-            raise ConfigError(f"[{section.name}] {inner} is the broker's --{section.name}")
+        for option in section.options:
+            if option.name in taken:
+                raise ConfigError(
+                    f"[{section.name}] {option.name} is the broker's --{taken[option.name]}"
+                )
         names.add(section.name)
         for flag in section.flags():
             if flag in flags:

@@ -16,6 +16,7 @@ from twisted.python.failure import Failure
 from .broker import Broker
 from .config import BrokerConfig, Listener, build_config
 from .errors import ConfigError
+from .nodes import default_node_name
 from .reasons import CloseReason
 
 log = Logger(namespace="msgbroker")
@@ -179,10 +180,16 @@ class BrokerService(service.MultiService):
     def startService(self) -> None:
         try:
             super().startService()
+            self._name_node()
             # plugins start here too (the journal opens its directory): their
             # configuration errors end twistd with one line as well
             self.broker.started()
             self._handle_signals()
+            log.info(
+                "msgbroker {version} started as node {node}",
+                version=_version(),
+                node=self.broker.node_name,
+            )
         except ConfigError as e:
             if not self.exit_on_error:
                 raise
@@ -191,6 +198,16 @@ class BrokerService(service.MultiService):
             # the real stderr: twistd has redirected sys.stderr into its log by now
             (sys.__stderr__ or sys.stderr).write(f"twistd msgbroker: error: {e}\n")
             raise SystemExit(2) from None
+
+    def _name_node(self) -> None:
+        """A default node name whose first listener asked for port 0 takes the port the
+        system chose (so brokers on ephemeral ports on one host are named apart)."""
+        broker = self.broker
+        listeners = broker.listeners()
+        if broker.config.node_name is None and listeners and broker.listening:
+            listener, address = broker.listening[0]
+            if listener == listeners[0]:
+                broker.node_name = default_node_name(listeners, bound=address)
 
     # -- signals: SIGTERM and SIGINT stop (Twisted's own handlers), these do not -----------
 
@@ -340,3 +357,12 @@ class _TLSFactory(TLSMemoryBIOFactory):
         if wrapped is None:
             return None
         return self.protocol(self, wrapped)
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("msgbroker")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"

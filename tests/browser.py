@@ -77,10 +77,13 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., 
                 context.close()
 
 
-def docs_screenshot(page: Any, name: str, tmp_path: Path) -> Path:
-    """The whole page as the PNG ``name``, in ``tmp_path`` or, with
-    ``MSGBROKER_DOCS_IMAGES=1``, in docs/images; returns where it is."""
+def docs_screenshot(
+    page: Any, name: str, tmp_path: Path, clip: dict[str, float] | None = None
+) -> Path:
+    """The whole page (or the part ``clip`` says: x, y, width, height, in the page's
+    coordinates) as the PNG ``name``, in ``tmp_path`` or, with ``MSGBROKER_DOCS_IMAGES=1``,
+    in docs/images; returns where it is."""
     where = DOCS_IMAGES if os.environ.get("MSGBROKER_DOCS_IMAGES") == "1" else tmp_path
     path = where / name
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=True, clip=clip)
     return path

@@ -44,9 +44,11 @@ class BrokerCollector(Collector):
         stats = broker.hub.stats
         counters = broker.counters
         info = GaugeMetricFamily(
-            "msgbroker_info", "The broker's version (the value is 1).", labels=["version"]
+            "msgbroker_info",
+            "The broker's version and node name (the value is 1).",
+            labels=["version", "node"],
         )
-        info.add_metric([self.version], 1)
+        info.add_metric([self.version, broker.node_name], 1)
         yield info
         yield GaugeMetricFamily(
             "msgbroker_uptime_seconds",

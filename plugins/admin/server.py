@@ -168,6 +168,7 @@ class Admin:
         now = broker.reactor.seconds()
         return {
             "version": self.version,
+            "node": broker.node_name,
             "uptime": now - broker.started_at,
             "started_at": broker.started_at,
             "listeners": [

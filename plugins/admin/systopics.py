@@ -29,6 +29,7 @@ PROTOCOL = "admin"
 #: each protocol the broker speaks
 TOPICS = (
     ("_sys/broker/version", "the broker's version"),
+    ("_sys/broker/node", "the broker's node name (--node-name)"),
     ("_sys/broker/uptime", "seconds since it started"),
     ("_sys/broker/connections", "open connections"),
     ("_sys/broker/connections/PROTOCOL", "open connections of one protocol"),
@@ -47,16 +48,18 @@ TOPICS = (
 
 
 def values(
-    sample: Sample, version: str, protocols: list[str], own_deliveries: int = 0
+    sample: Sample, version: str, protocols: list[str], own_deliveries: int = 0, node: str = ""
 ) -> list[tuple[str, str]]:
     """(topic, payload text) for every ``_sys`` topic, from ``sample``; ``own_deliveries``:
-    the deliveries of ``_sys`` messages, left out of the messages sent."""
+    the deliveries of ``_sys`` messages, left out of the messages sent; ``node``: the
+    broker's node name."""
     traffic = sample.traffic.values()
     received = sum(t.messages_in for t in traffic)
     sent = sample.delivered - own_deliveries
     rates = sample.rates.values()
     out = [
         ("version", version),
+        ("node", node),
         ("uptime", f"{sample.uptime:.0f}"),
         ("connections", str(sum(sample.connections.values()))),
     ]
@@ -90,7 +93,9 @@ class SysPublisher:
     def publish(self, sample: Sample) -> None:
         broker = self.broker
         hub = broker.hub
-        listed = values(sample, self.version, sorted(broker.protocols), self.delivered)
+        listed = values(
+            sample, self.version, sorted(broker.protocols), self.delivered, broker.node_name
+        )
         for topic, text in listed:
             message = Message(Kind.MCAST, SENDER, PROTOCOL, topic, text.encode())
             self.delivered += hub.multicast(None, message)

@@ -79,6 +79,7 @@ def msgbroker_broker_started(broker: Broker) -> None:
     try:
         writer = JournalWriter(
             settings.directory,
+            node=broker.node_name,
             rotate_seconds=settings.rotate_seconds,
             rotate_bytes=settings.rotate_bytes,
             max_records=settings.max_records,
@@ -91,9 +92,10 @@ def msgbroker_broker_started(broker: Broker) -> None:
         _log().info("journal: removed {path}, left by an interrupted write", path=str(path))
     broker.add_plugin(Journal(writer), name=ACTIVE)  # the hub gets its observers now
     _log().info(
-        "journal writing to {directory}{payloads}",
+        "journal writing to {directory}{payloads} as node {node}",
         directory=settings.directory,
         payloads=" (with payloads)" if settings.payloads else "",
+        node=broker.node_name,
     )
 
 

@@ -53,6 +53,7 @@ class Journal:
             result.recipients,
             result.skipped,
             result.dropped,
+            message.origin_node,
         )
 
     @hookimpl
@@ -68,6 +69,7 @@ class Journal:
             result.recipients,
             result.dropped,
             run.payload_bytes,
+            run.origin_node,
         )
 
     @hookimpl

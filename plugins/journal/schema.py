@@ -3,14 +3,22 @@
 This is the contract with the readers (the Spark analytics and streaming jobs): change it
 only compatibly (add nullable columns at the end). Layout under the journal directory::
 
-    messages/date=YYYY-MM-DD/seg-00000042.parquet
-    sessions/date=YYYY-MM-DD/seg-00000007.parquet
+    messages/date=YYYY-MM-DD/seg-NODE-00000042.parquet
+    sessions/date=YYYY-MM-DD/seg-NODE-00000007.parquet
 
 ``date`` (UTC, from ``ts``) is a Hive-style partition: it is in the directory name, not in
 the files, so Spark's partition discovery and ``pyarrow.dataset(..., partitioning="hive")``
-add it as a column. Sequence numbers count up per table across dates and restarts. Files
-whose names start with ``.`` (temporaries being written) are not part of the journal; Spark
-and pyarrow datasets skip them.
+add it as a column. ``NODE`` is the writing broker's node name as file names spell it
+(``:`` as ``~``: ``seg-db1~4444-00000042.parquet``), so several nodes can write into one
+directory; a writer without a node name (and every writer before node names) writes
+``seg-00000042.parquet``. Sequence numbers count up per table and node across dates and
+restarts. Files whose names start with ``.`` (temporaries being written) are not part of
+the journal; Spark and pyarrow datasets skip them.
+
+Every row says which node wrote it (``node``); a message another node published, which
+this node delivered to its own subscribers, says where it was published (``origin_node``),
+so a report over all nodes counts each message once. Segments from before these columns
+have neither: read as null (no node recorded; the report counts it as node ``""``).
 
 A name that is not valid UTF-8 (a lone surrogate, as an sbus key with an undecodable byte
 gives) is stored escaped in its string column, and the row's ``escaped`` column lists the
@@ -28,10 +36,11 @@ SESSIONS = "sessions"
 TABLES = (MESSAGES, SESSIONS)
 
 #: a finalized segment's file name, and the temporary it is written under first
-SEGMENT_NAME = "seg-{seq:08d}.parquet"
-TEMP_NAME = ".seg-{seq:08d}.parquet.tmp"
-SEGMENT_RE = re.compile(r"seg-(\d{8,})\.parquet")
-TEMP_RE = re.compile(r"\.seg-\d{8,}\.parquet\.tmp")
+SEGMENT_NAME = "seg-{node}{seq:08d}.parquet"
+TEMP_NAME = ".seg-{node}{seq:08d}.parquet.tmp"
+#: a segment's name: the node's file form (none before node names) and the sequence number
+SEGMENT_RE = re.compile(r"seg-(?:(.+)-)?(\d{8,})\.parquet")
+TEMP_RE = re.compile(r"\.seg-(?:(.+)-)?(\d{8,})\.parquet\.tmp")
 PARTITION_PREFIX = "date="
 
 #: ``sessions.event`` values
@@ -45,6 +54,12 @@ ESCAPED = pa.list_(pa.string())
 ESCAPED_DOC = (
     "the string columns of this row stored escaped, because their value was not valid "
     "Unicode text (a lone surrogate); null when none (docs/journal.md, names.py)"
+)
+
+
+NODE_DOC = (
+    "the node that wrote the row (the broker's --node-name); null in segments written "
+    "before node names"
 )
 
 
@@ -82,8 +97,16 @@ MESSAGES_SCHEMA = pa.schema(
             nullable=True,
         ),
         _field("escaped", ESCAPED, ESCAPED_DOC, nullable=True),
+        _field("node", pa.string(), NODE_DOC, nullable=True),
+        _field(
+            "origin_node",
+            pa.string(),
+            "the node the message was published on, when another node published it and "
+            "this one routed it to its own subscribers (a cluster); null: published here",
+            nullable=True,
+        ),
     ],
-    metadata={"msgbroker.journal": "messages/3"},
+    metadata={"msgbroker.journal": "messages/4"},
 )
 
 SESSIONS_SCHEMA = pa.schema(
@@ -113,8 +136,16 @@ SESSIONS_SCHEMA = pa.schema(
             nullable=True,
         ),
         _field("escaped", ESCAPED, ESCAPED_DOC, nullable=True),
+        _field("node", pa.string(), NODE_DOC, nullable=True),
     ],
-    metadata={"msgbroker.journal": "sessions/2"},
+    metadata={"msgbroker.journal": "sessions/3"},
 )
 
 SCHEMAS = {MESSAGES: MESSAGES_SCHEMA, SESSIONS: SESSIONS_SCHEMA}
+
+
+def segment_name(node_file: str, seq: int, temporary: bool = False) -> str:
+    """A segment's file name (or its temporary's) for the node spelled ``node_file`` (its
+    file form, :func:`msgbroker.nodes.file_form`; ``""``: no node)."""
+    node = f"{node_file}-" if node_file else ""
+    return (TEMP_NAME if temporary else SEGMENT_NAME).format(node=node, seq=seq)

@@ -2,8 +2,9 @@
 
 The records are what :class:`~.writer.JournalWriter` appends in the reactor thread: plain
 tuples (a message: ``ts, protocol, sender, kind, topic, size, recipients, skipped,
-dropped, payload, count``; a session event: ``ts, event, protocol, session_id, identity,
-host, scheme, reason``) and :class:`RunRecord`. :func:`build` turns a batch into one table.
+dropped, payload, count, origin_node``; a session event: ``ts, event, protocol,
+session_id, identity, host, scheme, reason``) and :class:`RunRecord`. :func:`build` turns a
+batch into one table; the ``node`` column, the same on every row, is the writer's.
 
 The batch is built in one go first (the usual case, a few C-level passes per column). If
 that fails, one bad record must not cost the others: names that cannot be written as UTF-8
@@ -33,11 +34,13 @@ _values = methodcaller("values")
 Escaped = list[str] | None
 
 #: the string columns a client can name, by their index in a record tuple
-MESSAGE_NAMES = ((1, "protocol"), (2, "sender"), (3, "kind"), (4, "topic"))
+MESSAGE_NAMES = (
+    (1, "protocol"), (2, "sender"), (3, "kind"), (4, "topic"), (11, "origin_node"),
+)  # fmt: skip
 SESSION_NAMES = (
     (1, "event"), (2, "protocol"), (4, "identity"), (5, "host"), (6, "scheme"), (7, "reason"),
 )  # fmt: skip
-RUN_NAMES = ("protocol", "sender", "kind", "topic")
+RUN_NAMES = ("protocol", "sender", "kind", "topic", "origin_node")
 
 
 @frozen(slots=True)
@@ -58,6 +61,8 @@ class RunRecord:
     dropped: int
     #: the payloads' total size
     size: int
+    #: the node the run was published on, when another node published it (a cluster)
+    origin_node: str | None = None
 
 
 @frozen
@@ -71,13 +76,16 @@ class Built:
     error: Exception | None = None
 
 
-def build(table_name: str, records: list[Any], keep_payloads: bool = False) -> Built:
-    """``records`` of ``table_name`` as one table, every record that can be written in it."""
+def build(
+    table_name: str, records: list[Any], keep_payloads: bool = False, node: str = ""
+) -> Built:
+    """``records`` of ``table_name`` as one table, every record that can be written in it;
+    ``node``: the writing broker's node name, on every row."""
 
     def maker(batch: list[Any], escaped: list[Escaped] | None) -> pa.Table:
         if table_name == schema.MESSAGES:
-            return messages_table(batch, keep_payloads, escaped)
-        return sessions_table(batch, escaped)
+            return messages_table(batch, keep_payloads, escaped, node)
+        return sessions_table(batch, escaped, node)
 
     # an unwritable name, most likely: escape, and try again
     with contextlib.suppress(Exception):
@@ -147,8 +155,8 @@ def _escape(record: Any, fields: Sequence[tuple[int, str]]) -> tuple[Any, Escape
         if not columns:
             return record, None
 
-        def stored(column: str) -> str:
-            value: str = getattr(record, column)
+        def stored(column: str) -> Any:
+            value = getattr(record, column)
             return names.escape(value) if column in columns else value
 
         escaped = attrs.evolve(
@@ -157,6 +165,7 @@ def _escape(record: Any, fields: Sequence[tuple[int, str]]) -> tuple[Any, Escape
             sender=stored("sender"),
             kind=stored("kind"),
             topic=stored("topic"),
+            origin_node=stored("origin_node"),
         )
         return escaped, columns
     return record, None
@@ -169,21 +178,24 @@ def _escaped_column(escaped: list[Escaped] | None, rows: int) -> pa.Array:
 
 
 def messages_table(
-    records: list[Any], keep_payloads: bool = False, escaped: list[Escaped] | None = None
+    records: list[Any],
+    keep_payloads: bool = False,
+    escaped: list[Escaped] | None = None,
+    node: str = "",
 ) -> pa.Table:
     """Message and run records as a messages table: a row per record, or with payloads kept
     a row per message."""
     if keep_payloads and any(type(record) is not tuple for record in records):
-        return _with_runs(records, escaped)  # a row per payload
+        return _with_runs(records, escaped, node)  # a row per payload
     rows = [record if type(record) is tuple else _run_row(record) for record in records]
-    return pa.Table.from_batches([rows_batch(rows, escaped)])
+    return pa.Table.from_batches([rows_batch(rows, escaped, node)])
 
 
 def _run_row(run: RunRecord) -> tuple[Any, ...]:
     """A run as one row: ``count`` messages, their total size, the same recipients each."""
     return (
         run.ts, run.protocol, run.sender, run.kind, run.topic, run.size,
-        run.recipients, 0, run.dropped, None, run.count,
+        run.recipients, 0, run.dropped, None, run.count, run.origin_node,
     )  # fmt: skip
 
 
@@ -193,12 +205,13 @@ def _spread(total: int, count: int) -> list[int]:
     return [base + 1] * rest + [base] * (count - rest)
 
 
-def rows_batch(rows: list[tuple[Any, ...]], escaped: list[Escaped] | None = None) -> pa.RecordBatch:
-    """Message tuples as a record batch of the messages schema."""
+def rows_batch(
+    rows: list[tuple[Any, ...]], escaped: list[Escaped] | None = None, node: str = ""
+) -> pa.RecordBatch:
+    """Message tuples as a record batch of the messages schema, written by ``node``."""
     # one C-level pass per column (zip(*rows) makes an iterator per row)
-    ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, payload, count = (
-        list(map(itemgetter(i), rows)) for i in range(11)
-    )
+    (ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, payload, count,
+     origin) = (list(map(itemgetter(i), rows)) for i in range(12))  # fmt: skip
     return pa.RecordBatch.from_arrays(
         [
             # int64 first: Python ints straight to a timestamp type take a slow path
@@ -215,12 +228,19 @@ def rows_batch(rows: list[tuple[Any, ...]], escaped: list[Escaped] | None = None
             pa.array(dropped, pa.int32()),
             pa.array(payload, pa.binary()),
             _escaped_column(escaped, len(rows)),
+            _node_column(node, len(rows)),
+            pa.array(origin, pa.string()),
         ],
         schema=schema.MESSAGES_SCHEMA,
     )
 
 
-def _with_runs(records: list[Any], escaped: list[Escaped] | None) -> pa.Table:
+def _node_column(node: str, rows: int) -> pa.Array:
+    """``node`` on every row (one C-level fill; Parquet stores it as one dictionary entry)."""
+    return pa.repeat(pa.scalar(node, pa.string()), rows)
+
+
+def _with_runs(records: list[Any], escaped: list[Escaped] | None, node: str) -> pa.Table:
     """Messages and runs expanded to a row per message (payloads are kept): the columns a
     run's rows share are built once per record and repeated by a gather (``take``); only
     the payload sizes, drops and payloads are per row, by C-level list operations."""
@@ -242,13 +262,13 @@ def _with_runs(records: list[Any], escaped: list[Escaped] | None) -> pa.Table:
         n = len(run)
         heads.append(
             (record.ts, record.protocol, record.sender, record.kind, record.topic,
-             0, record.recipients, 0, 0, None, 1)
+             0, record.recipients, 0, 0, None, 1, record.origin_node)
         )  # fmt: skip
         counts.append(n)
         sizes.extend(map(len, run))
         drops.extend(_spread(record.dropped, n) if record.dropped and n else [0] * n)
         payloads.extend(run)
-    shared = pa.Table.from_batches([rows_batch(heads, escaped)])
+    shared = pa.Table.from_batches([rows_batch(heads, escaped, node)])
     total = len(sizes)
     offsets = pa.array(list(accumulate(counts, initial=0)), pa.int32())
     # row -> its record: the parent index of each element of a list per record
@@ -266,9 +286,9 @@ def _with_runs(records: list[Any], escaped: list[Escaped] | None) -> pa.Table:
 
 
 def sessions_table(
-    records: list[tuple[Any, ...]], escaped: list[Escaped] | None = None
+    records: list[tuple[Any, ...]], escaped: list[Escaped] | None = None, node: str = ""
 ) -> pa.Table:
-    """Session event tuples as a sessions table."""
+    """Session event tuples as a sessions table, written by ``node``."""
     ts, event, protocol, session_id, identity, host, scheme, reason = (
         list(map(itemgetter(i), records)) for i in range(8)
     )
@@ -283,6 +303,7 @@ def sessions_table(
             pa.array(scheme, pa.string()),
             pa.array(reason, pa.string()),
             _escaped_column(escaped, len(records)),
+            _node_column(node, len(records)),
         ],
         schema=schema.SESSIONS_SCHEMA,
     )

@@ -12,7 +12,11 @@ the rest of its batch) and writes one segment per table and date.
 A segment becomes visible only complete: it is written under a hidden temporary name in its
 partition directory, fsynced, renamed to its final name, and the directory is fsynced. A
 ``kill -9`` therefore loses at most the records not yet written, and may leave a temporary,
-which the next writer on the directory removes.
+which the next writer of that node on the directory removes.
+
+Each writer writes as one node (``node``, the broker's node name): every row carries it,
+and its segment files are named after it, so several nodes' writers can share a directory
+(each numbers its own segments, and removes only its own temporaries).
 
 Memory is bounded by ``max_records`` pending records: past it new records are dropped and
 counted (:attr:`JournalWriter.dropped`, logged at the next rotation). A segment that cannot
@@ -36,6 +40,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from msgbroker.nodes import file_form
+
 from . import schema, tables
 from .tables import RunRecord
 
@@ -48,15 +54,18 @@ _log = logging.getLogger("msgbroker.journal")
 class JournalWriter:
     """Writes the journal under ``directory`` (see :mod:`.schema` for the layout).
 
-    ``clock`` (monotonic seconds) times the rotations; ``start=False`` runs no thread, so a
-    test drives the rotations itself with :meth:`tick` and :meth:`flush`. Timestamps (``ts``)
-    are microseconds since the epoch, given by the caller.
+    ``node`` is the writing broker's node name (:attr:`msgbroker.Broker.node_name`; ``""``:
+    none, and the segments are named as before node names). ``clock`` (monotonic seconds)
+    times the rotations; ``start=False`` runs no thread, so a test drives the rotations
+    itself with :meth:`tick` and :meth:`flush`. Timestamps (``ts``) are microseconds since
+    the epoch, given by the caller.
     """
 
     def __init__(
         self,
         directory: str | os.PathLike[str],
         *,
+        node: str = "",
         rotate_seconds: float = 10.0,
         rotate_bytes: int = 64 << 20,
         max_records: int = 1_000_000,
@@ -66,6 +75,9 @@ class JournalWriter:
         start: bool = True,
     ) -> None:
         self.directory = Path(directory)
+        self.node = node
+        #: ``node`` as its segments' names spell it
+        self.node_file = file_form(node)
         self.rotate_seconds = rotate_seconds
         self.rotate_bytes = rotate_bytes
         self.max_records = max_records
@@ -100,8 +112,8 @@ class JournalWriter:
         # pyarrow initializes lazily on the first conversion (with pandas installed it
         # imports pandas: half a second holding the GIL). Here, at start, rather than in the
         # thread's first rotation, where it stalled the reactor in the middle of traffic
-        tables.rows_batch([])
-        tables.sessions_table([])
+        tables.rows_batch([], node=node)
+        tables.sessions_table([], node=node)
         self._last_rotation = clock()
         self._thread: threading.Thread | None = None
         if start:
@@ -121,9 +133,12 @@ class JournalWriter:
         recipients: Mapping[str, int],
         skipped: int,
         dropped: int,
+        origin_node: str | None = None,
     ) -> None:
         """One routed message (``recipients``: deliveries per protocol, not copied: do not
-        change it afterwards)."""
+        change it afterwards). ``origin_node``: the node that published it, when that is
+        another node of a cluster and this one routed it to its own subscribers (column
+        ``origin_node``); ``None``, published here."""
         size = len(payload)
         kept = payload if self.keep_payloads else None
         with self._lock:
@@ -132,8 +147,9 @@ class JournalWriter:
                 self._unreported += 1
                 return
             self._messages.append(
-                (ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, kept, 1)
-            )
+                (ts, protocol, sender, kind, topic, size, recipients, skipped, dropped, kept, 1,
+                 origin_node)
+            )  # fmt: skip
             self._pending += 1
             self._size += RECORD_OVERHEAD if kept is None else RECORD_OVERHEAD + size
             if self._size >= self.rotate_bytes and not self._signalled:
@@ -152,13 +168,14 @@ class JournalWriter:
         recipients: Mapping[str, int],
         dropped: int,
         payload_bytes: Callable[[], int] | None = None,
+        origin_node: str | None = None,
     ) -> None:
         """``count`` messages routed at once to the same ``recipients`` (each): one row with
         that ``count`` and their total size, ``payload_bytes()`` (default: the sum over
-        ``payloads()``), asked now. With payloads kept the run is expanded to a row per
-        message instead. A run counts against ``max_records`` as the rows it will be (one,
-        or ``count`` with payloads); one that does not fit is dropped whole, its ``count``
-        messages counted in :attr:`dropped`.
+        ``payloads()``), asked now; ``origin_node`` as for :meth:`message`. With payloads
+        kept the run is expanded to a row per message instead. A run counts against
+        ``max_records`` as the rows it will be (one, or ``count`` with payloads); one that
+        does not fit is dropped whole, its ``count`` messages counted in :attr:`dropped`.
 
         Without payloads the record keeps only the numbers: holding ``payloads`` until the
         rotation would keep the run's request bytes and encoded frames alive with it, which
@@ -176,8 +193,9 @@ class JournalWriter:
             total = payload_bytes() if payload_bytes is not None else sum(map(len, payloads()))
             rows, size = 1, RECORD_OVERHEAD
         record = RunRecord(
-            ts, protocol, sender, kind, topic, count, kept, recipients, dropped, total
-        )
+            ts, protocol, sender, kind, topic, count, kept, recipients, dropped, total,
+            origin_node,
+        )  # fmt: skip
         with self._lock:
             if self._pending + rows > self._limit:
                 self.dropped += count
@@ -297,19 +315,25 @@ class JournalWriter:
     # -- files -------------------------------------------------------------------------------
 
     def _scan(self, table: str) -> int:
-        """The next sequence number of ``table`` (after every existing segment); removes the
-        temporaries a killed writer left behind."""
+        """The next sequence number of ``table`` for this node (after each of its existing
+        segments); removes the temporaries a killed writer of this node left behind (and,
+        for a node, those of a writer from before node names: it had the directory alone).
+        Other nodes' files are theirs: not counted, never removed."""
         root = self.directory / table
         root.mkdir(parents=True, exist_ok=True)
         last = -1
+        mine = {self.node_file or None, None}  # the temporaries this writer may remove
         for partition in root.iterdir():
             if not (partition.name.startswith(schema.PARTITION_PREFIX) and partition.is_dir()):
                 continue
             for entry in partition.iterdir():
                 match = schema.SEGMENT_RE.fullmatch(entry.name)
                 if match is not None:
-                    last = max(last, int(match.group(1)))
-                elif schema.TEMP_RE.fullmatch(entry.name):
+                    if (match.group(1) or "") == self.node_file:
+                        last = max(last, int(match.group(2)))
+                    continue
+                match = schema.TEMP_RE.fullmatch(entry.name)
+                if match is not None and match.group(1) in mine:
                     with contextlib.suppress(FileNotFoundError):
                         entry.unlink()
                     self.removed.append(entry)
@@ -318,7 +342,7 @@ class JournalWriter:
     def _write(self, table_name: str, records: list[Any]) -> list[Path]:
         if not records:
             return []
-        built = tables.build(table_name, records, self.keep_payloads)
+        built = tables.build(table_name, records, self.keep_payloads, self.node)
         if built.set_aside:
             # only the records that cannot be built on their own: never the whole batch
             self.failed += built.set_aside
@@ -351,8 +375,8 @@ class JournalWriter:
             _fsync_dir(root)
         seq = self._next_seq[table_name]
         self._next_seq[table_name] = seq + 1  # a failed write leaves a gap, never a reuse
-        temp = partition / schema.TEMP_NAME.format(seq=seq)
-        final = partition / schema.SEGMENT_NAME.format(seq=seq)
+        temp = partition / schema.segment_name(self.node_file, seq, temporary=True)
+        final = partition / schema.segment_name(self.node_file, seq)
         try:
             pq.write_table(table, temp)
             fd = os.open(temp, os.O_RDONLY)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 
 import pytest
 from attrs import evolve
@@ -115,6 +116,18 @@ def test_info_lists_listeners_and_plugins(tmp_path):
         assert {"ssmp", "admin", "journal"} <= set(info["plugins"])
         assert info["admin"]["address"] == f"tcp:127.0.0.1:{ab.port}"
         assert info["uptime"] >= 0
+        # no --node-name: the host name and the port the first listener was given (tcp:0)
+        assert info["node"] == f"{socket.gethostname()}:{ab.broker.port}"
+        assert value(ab.metrics()["msgbroker_info"], version=ab.admin.version, node=info["node"])
+
+
+def test_the_node_name_is_in_the_info_the_metrics_and_a_sys_topic(tmp_path):
+    with admin_broker(tmp_path, config={"node_name": "east-1"}) as ab:
+        assert ab.json("GET", "/api/info")["node"] == "east-1"
+        assert value(ab.metrics()["msgbroker_info"], version=ab.admin.version, node="east-1")
+        watcher = login(ab.broker, "watcher")
+        watcher.request(b"SUBSCRIBE _sys/broker/node\n", b"200\n")
+        assert watcher.line() == b"000 _sys MCAST _sys/broker/node east-1\n"
 
 
 def test_sessions_are_listed_and_kicked_end_to_end(tmp_path):

@@ -12,6 +12,8 @@ from msgbroker.analytics.journal_files import (
     COLUMNS,
     MESSAGES,
     MESSAGES_COLUMNS,
+    NODE_COLUMNS,
+    OPTIONAL,
     SESSIONS,
     list_table,
     schema_problem,
@@ -89,3 +91,22 @@ def test_the_readers_schemas_agree_with_the_journal_plugin(tmp_path):
         path = tmp_path / f"{table}.parquet"
         pq.write_table(pa.Table.from_pylist([], schema=written), path)
         assert schema_problem(path, expected) is None
+        # the node columns, which older segments lack, are the plugin's too
+        for field in NODE_COLUMNS[table]:
+            assert written.field(field.name).type.equals(field.type), (table, field.name)
+            assert field.name in OPTIONAL
+
+
+def test_node_columns_may_be_missing_but_not_of_another_type(tmp_path):
+    day = tmp_path / "messages" / "date=2026-11-22"
+    day.mkdir(parents=True)
+    older = day / "seg-00000001.parquet"
+    pq.write_table(pa.Table.from_pylist([], schema=MESSAGES_COLUMNS), older)
+    wrong = day / "seg-n-00000001.parquet"
+    schema = MESSAGES_COLUMNS.append(pa.field("node", pa.int64()))
+    pq.write_table(pa.Table.from_pylist([], schema=schema), wrong)
+    listed = list_table(tmp_path, "messages")
+    assert listed.segments == (older,)
+    assert [(s.path, s.reason) for s in listed.skipped] == [
+        (wrong, "not a journal segment (column node is int64, not string)")
+    ]

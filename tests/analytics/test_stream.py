@@ -326,9 +326,15 @@ def test_journal_stats_stream_publishes_counts_per_topic_and_window(
         # the watermark (7 s - 2 s) has not passed the first window's end (10 s)
         first = sub.until_sentinel()
 
-        append_segment(
-            journal, 2, journal_rows((8, "mcast", "a", 3), (9, "mcast", "a"), (12, "mcast", "a"))
+        # a node of a cluster also journals its deliveries of messages another node
+        # published (origin_node): that node counts them, not this one
+        rows = journal_rows(
+            (8, "mcast", "a", 3), (9, "mcast", "a"), (9, "mcast", "a", 5), (12, "mcast", "a")
         )
+        rows = rows.append_column("node", pa.array(["west:4444"] * 4)).append_column(
+            "origin_node", pa.array([None, None, "east:4444", None], pa.string())
+        )
+        append_segment(journal, 2, rows)
         query.processAllAvailable()
         # 12 s - 2 s: the first window is final (8 s, a run of 3, and 9 s were in time)
         second = sub.until_sentinel()

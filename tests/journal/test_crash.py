@@ -7,6 +7,7 @@ import time
 
 import pyarrow.parquet as pq
 
+from msgbroker.plugins.journal import schema
 from msgbroker.plugins.journal.writer import JournalWriter
 from tests.ssmp.e2e_support import WAIT, twistd_broker
 
@@ -23,7 +24,7 @@ def test_kill_9_leaves_only_complete_segments(tmp_path):
     journal = tmp_path / "journal"
     options = (
         "--listen", "ssmp=tcp:0:interface=127.0.0.1", "--auth", "open",
-        "--journal", str(journal), "--journal-rotate-seconds", "0.2",
+        "--journal", str(journal), "--journal-rotate-seconds", "0.2", "--node-name", "n:1",
     )  # fmt: skip
     with twistd_broker(tmp_path, *options) as broker:
         sock = socket.create_connection((broker.host, broker.port), timeout=WAIT)
@@ -55,11 +56,17 @@ def test_kill_9_leaves_only_complete_segments(tmp_path):
         if path.is_relative_to(journal / "messages"):
             rows += table.num_rows
     assert 0 < rows <= published + BATCH
-    # a hidden temporary may be left; the next writer removes it and goes on after the last
-    restarted = JournalWriter(journal, start=False)
+    # a hidden temporary may be left; the node's next writer removes it and goes on after
+    # its last segment
+    assert {schema.SEGMENT_RE.fullmatch(p.name).group(1) for p in final} == {"n~1"}
+    restarted = JournalWriter(journal, node="n:1", start=False)
     assert restarted.removed == [p for p in files if p.name.startswith(".")]
     assert not list(journal.rglob(".*"))
     restarted.message(time.time_ns() // 1000, "ssmp", "p", "mcast", "t", b"x", {}, 0, 0)
     (new,) = restarted.flush()
-    last = max(int(p.name[4:12]) for p in final if p.is_relative_to(journal / "messages"))
-    assert new.name == f"seg-{last + 1:08d}.parquet"
+    last = max(
+        int(schema.SEGMENT_RE.fullmatch(p.name).group(2))
+        for p in final
+        if p.is_relative_to(journal / "messages")
+    )
+    assert new.name == f"seg-n~1-{last + 1:08d}.parquet"

@@ -376,8 +376,8 @@ def test_with_payloads_a_run_expands_to_one_row_per_message(tmp_path, count):
 
 
 def test_message_rows_carry_every_column(tmp_path):
-    w = journal(tmp_path)
-    w.message(T0, "stmp", "carol", "ucast", "dave", b"hey", {"mm2": 1}, 0, 0)
+    w = journal(tmp_path, node="db1:4444")
+    w.message(T0, "stmp", "carol", "ucast", "dave", b"hey", {"mm2": 1}, 0, 0, "db2:4444")
     w.message(T0, "ssmp", "alice", "bcast", None, b"all", {"ssmp": 3, "stmp": 1}, 2, 1)
     w.message(T0, "ssmp", "alice", "mcast", "nobody", b"x", {}, 0, 0)
     (path,) = w.flush()
@@ -397,6 +397,8 @@ def test_message_rows_carry_every_column(tmp_path):
             "dropped": 0,
             "payload": None,
             "escaped": None,
+            "node": "db1:4444",
+            "origin_node": "db2:4444",
         },
         {
             "protocol": "ssmp",
@@ -411,6 +413,8 @@ def test_message_rows_carry_every_column(tmp_path):
             "dropped": 1,
             "payload": None,
             "escaped": None,
+            "node": "db1:4444",
+            "origin_node": None,
         },
         {
             "protocol": "ssmp",
@@ -425,12 +429,14 @@ def test_message_rows_carry_every_column(tmp_path):
             "dropped": 0,
             "payload": None,
             "escaped": None,
+            "node": "db1:4444",
+            "origin_node": None,
         },
     ]
 
 
 def test_session_rows_carry_every_column(tmp_path):
-    w = journal(tmp_path)
+    w = journal(tmp_path, node="db1:4444")
     w.session(T0, schema.OPEN, "ssmp", 7, None, "127.0.0.1", None, None)
     w.session(T0, schema.AUTH_FAILURE, "ssmp", 7, "eve", "127.0.0.1", "secret", "wrong secret")
     (path,) = w.flush()
@@ -446,6 +452,7 @@ def test_session_rows_carry_every_column(tmp_path):
             "scheme": None,
             "reason": None,
             "escaped": None,
+            "node": "db1:4444",
         },
         {
             "event": "auth_failure",
@@ -456,6 +463,7 @@ def test_session_rows_carry_every_column(tmp_path):
             "scheme": "secret",
             "reason": "wrong secret",
             "escaped": None,
+            "node": "db1:4444",
         },
     ]
 
