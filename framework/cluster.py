@@ -405,10 +405,10 @@ class Cluster:
         counters.publications_in += 1
         counters.bytes_in += len(data)
         try:
-            _node, _epoch, op, items = wire.decode(data)
+            node, _epoch, op, items = wire.decode(data)
             if op != wire.MESSAGES or not isinstance(items, list):
                 items = [None]  # not an item: refused below
-            decoded = [wire.read_item(item) for item in items]
+            decoded = [wire.read_item(item, node) for item in items]
         except wire.WireError as e:
             self._skip(str(e))
             return

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
-from .message import Kind, Message, MessageRun
+from .message import Kind, Message, MessageRun, RemoteMessage
 
 VERSION = 1
 #: extension type of a Decimal property value (its text)
@@ -121,9 +121,10 @@ def broadcast_item(message: Message, topics: Iterable[str]) -> list[Any]:
     return [_BCAST, message.sender, message.protocol, message.payload, list(topics)]
 
 
-def read_item(item: Any) -> Message | MessageRun | tuple[Message, list[str]]:
-    """A message, a run, or a broadcast and the topics it reaches; :class:`WireError` for
-    an item that is none of them."""
+def read_item(item: Any, origin: str) -> Message | MessageRun | tuple[Message, list[str]]:
+    """A message, a run, or a broadcast and the topics it reaches, published on the node
+    ``origin`` (the journal records it: :class:`~msgbroker.message.RemoteMessage`);
+    :class:`WireError` for an item that is none of them."""
     try:
         tag = item[0]
         if tag == _RUN:
@@ -132,12 +133,16 @@ def read_item(item: Any) -> Message | MessageRun | tuple[Message, list[str]]:
             if not isinstance(payloads, list):
                 _bad("bad run")
             _check(bytes, *payloads)
-            return MessageRun(Kind.MCAST, sender, protocol, topic, len(payloads), lambda: payloads)
+            return MessageRun(
+                Kind.MCAST, sender, protocol, topic, len(payloads), lambda: payloads,
+                origin_node=origin,
+            )  # fmt: skip
         if tag == _BCAST:
             _, sender, protocol, payload, topics = item
             _check(str, sender, protocol, *topics)
             _check(bytes, payload)
-            return Message(Kind.BCAST, sender, protocol, None, payload), list(topics)
+            message = RemoteMessage(Kind.BCAST, sender, protocol, None, payload, origin_node=origin)
+            return message, list(topics)
         kind_text, sender, protocol, topic, payload, props, encoding, presence = item
         kind = _KINDS[kind_text]
         _check(str, sender, protocol)
@@ -148,7 +153,9 @@ def read_item(item: Any) -> Message | MessageRun | tuple[Message, list[str]]:
             _bad("bad message")
         if not (encoding is None or isinstance(encoding, str)) or not isinstance(presence, bool):
             _bad("bad message")
-        return Message(kind, sender, protocol, topic, payload, props, encoding, presence)
+        return RemoteMessage(
+            kind, sender, protocol, topic, payload, props, encoding, presence, origin_node=origin
+        )
     except WireError:
         raise
     except (TypeError, ValueError, KeyError, IndexError):

@@ -22,12 +22,13 @@ class Node:
     """One broker of the cluster, running in the reactor thread."""
 
     def __init__(self, thread: ReactorThread, url: str, listeners: tuple[str, ...],
-                 cluster: dict[str, Any], config: dict[str, Any]) -> None:
+                 cluster: dict[str, Any], config: dict[str, Any],
+                 sections: dict[str, Any] | None = None) -> None:
         self.thread = thread
         config.setdefault("shutdown_grace", 3.0)
         self.config = BrokerConfig(
             listeners=tuple(Listener.parse(text) for text in listeners),
-            sections={"cluster": {"url": url, **cluster}},
+            sections={"cluster": {"url": url, **cluster}, **(sections or {})},
             **config,
         ).validate()
         self.service: BrokerService = thread.call(self._start)
@@ -96,17 +97,19 @@ class Node:
 @contextlib.contextmanager
 def cluster_nodes(
     url: str, count: int = 3, listeners: Any = LISTENERS,
-    cluster: dict[str, Any] | None = None, **config: Any,
+    cluster: dict[str, Any] | None = None, sections: Any = None, **config: Any,
 ) -> Iterator[list[Node]]:
     """``count`` nodes on the engine at ``url``, each synced and seeing all the others;
-    ``listeners``: a tuple, or a function of the node's index giving one."""
+    ``listeners``: a tuple, or a function of the node's index giving one; ``sections``:
+    a function of the node's index giving more configuration sections (a journal's)."""
     thread = reactor_thread()
     settings = {"heartbeat": 0.2, **(cluster or {})}
     nodes: list[Node] = []
     try:
         for index in range(count):
             listen = listeners(index) if callable(listeners) else listeners
-            nodes.append(Node(thread, url, listen, dict(settings), dict(config)))
+            more = sections(index) if sections is not None else None
+            nodes.append(Node(thread, url, listen, dict(settings), dict(config), more))
         for node in nodes:
             node.synced()
         for node in nodes:

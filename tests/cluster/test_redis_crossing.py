@@ -231,3 +231,31 @@ def test_order_is_kept_across_topics_and_kinds_within_one_chunk(nodes: list[Node
                 answers += raw.recv(65536)
         got = [sub.next_event(timeout=WAIT).payload for _ in requests]
         assert got == [b"a", b"b", b"c", b"d", b"e", b"f", b"g"]
+
+
+def test_each_journal_counts_a_crossing_message_where_it_was_published(
+    redis: RedisServer, tmp_path: Path
+) -> None:
+    """A message published on A and delivered on B is in both journals; B's row names A as
+    its origin, so a report over both counts the message once (docs/journal.md)."""
+    import pyarrow.parquet as pq
+
+    def journal(index: int) -> dict[str, dict[str, str]]:
+        return {"journal": {"directory": str(tmp_path / f"journal{index}")}}
+
+    with cluster_nodes(redis.url, count=2, sections=journal) as (a, b):
+        with ssmp(a, "alice") as alice, ssmp(b, "bob") as bob:
+            bob.subscribe("news")
+            wait_for(lambda: a.interested("news"), "a to know b wants news")
+            alice.mcast("news", b"once")
+            assert bob.next_event(timeout=WAIT).payload == b"once"
+        a_name, b_name = a.name, b.name
+    # the nodes stopped: their journals are written
+    rows = {
+        index: pq.read_table(tmp_path / f"journal{index}" / "messages").to_pylist()
+        for index in (0, 1)
+    }
+    published = [r for r in rows[0] if r["topic"] == "news"]
+    delivered = [r for r in rows[1] if r["topic"] == "news"]
+    assert [(r["node"], r["origin_node"]) for r in published] == [(a_name, None)]
+    assert [(r["node"], r["origin_node"]) for r in delivered] == [(b_name, a_name)]
