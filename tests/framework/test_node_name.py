@@ -82,8 +82,10 @@ def test_a_cluster_section_cannot_declare_the_brokers_node_name():
         def msgbroker_register_config_sections(self, register):
             register(taken)
 
+    # in place of the built-in cluster plugin, which declares [cluster] without it
+    config = BrokerConfig(auth=("open",), no_plugins=("cluster",))
     with pytest.raises(ConfigError, match=r"\[cluster\] node-name is the broker's --node-name"):
-        make_broker(plugins=[Cluster()])
+        make_broker(config, plugins=[Cluster()])
 
 
 @pytest.mark.parametrize("bad", ["", "a b", "a/b", "ünï", "x" * 129, "a~b", "seg\n1"], ids=repr)
