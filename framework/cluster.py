@@ -49,6 +49,9 @@ log = Logger(namespace="msgbroker.cluster")
 
 #: a topic's route when no other node wants it
 _NOWHERE: tuple[bool, tuple[str, ...]] = (False, ())
+#: topics (and sbus patterns) about this node alone, which never cross: sbus credentials
+#: (host-local) and the ``_sys/`` topics, each node's own state (the admin plugin's)
+NODE_LOCAL = (CRED_PREFIX, "_sys/")
 
 
 @define
@@ -180,7 +183,7 @@ class Cluster:
             self._routes_generation = view.generation
         route = self._routes.get(topic)
         if route is None:
-            if topic.startswith(CRED_PREFIX):
+            if topic.startswith(NODE_LOCAL):
                 route = _NOWHERE
             else:
                 exact = topic in view.topic_nodes
@@ -260,6 +263,8 @@ class Cluster:
     def joined(self, peer: Peer, topic: str, presence: bool, first: bool) -> None:
         """``peer`` joined ``topic`` (or turned presence on): ``first`` when it is the
         topic's first local member (the engine listens from now on)."""
+        if topic.startswith(NODE_LOCAL):
+            return  # nothing of it crosses: no other node needs to know
         if first:
             self.engine.listen(topic)
         self._change(
@@ -268,6 +273,8 @@ class Cluster:
         )
 
     def left(self, peer: Peer, topic: str, last: bool) -> None:
+        if topic.startswith(NODE_LOCAL):
+            return
         self._change(wire.member_field(topic, peer.identity or ANONYMOUS), None)
         if last:
             self.engine.unlisten(topic)
@@ -280,8 +287,8 @@ class Cluster:
         self._change(wire.identity_field(identity), None)
 
     def pattern_added(self, pattern: str) -> None:
-        if pattern.startswith(CRED_PREFIX):
-            return  # credentials are host-local: a secret pattern never crosses
+        if pattern.startswith(NODE_LOCAL):
+            return  # credentials are host-local, _sys/ is this node's: such a pattern stays
         held = self._patterns.get(pattern, 0)
         self._patterns[pattern] = held + 1
         if not held:

@@ -259,3 +259,18 @@ def test_each_journal_counts_a_crossing_message_where_it_was_published(
     delivered = [r for r in rows[1] if r["topic"] == "news"]
     assert [(r["node"], r["origin_node"]) for r in published] == [(a_name, None)]
     assert [(r["node"], r["origin_node"]) for r in delivered] == [(b_name, a_name)]
+
+
+def test_sys_topics_are_each_nodes_own_and_never_cross(nodes: list[Node]) -> None:
+    """``_sys/...`` describes the node it is published on (the admin plugin's samples):
+    a subscriber on B gets B's, never A's under the same name."""
+    a, b, _ = nodes
+    with ssmp(a, "alice") as alice, ssmp(b, "bob") as bob:
+        bob.subscribe("_sys/broker/connections")
+        bob.subscribe("news")
+        wait_for(lambda: a.interested("news"), "a to know b wants news")
+        assert not a.interested("_sys/broker/connections")
+        alice.mcast("_sys/broker/connections", b"from a")
+        alice.mcast("news", b"after it")
+        # same publisher, same node: had the first crossed, it would have come first
+        assert bob.next_event(timeout=WAIT).payload == b"after it"
