@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import select
 import socket
 import statistics
 import time
 
+import procs
 from clients import BenchError, MultiPublisher, close_all, open_many, receive_counts
 from procs import Server
 from wire import MM2, MQTT, SSMP, payload
@@ -248,8 +250,10 @@ def request_reply(server: Server, proto, params, around=None) -> dict:
         raise BenchError(f"only {loop.done} of {total} round trips in "
                          f"{params.scenario_timeout:.0f} s")
     wall = loop.t_end - loop.t_start
-    run_ns, wait_ns = loop.server_end[0] - loop.server_start[0], (
-        loop.server_end[1] - loop.server_start[1])
+    run_ns = loop.server_end[0] - loop.server_start[0]
+    wait_ns = loop.server_end[1] - loop.server_start[1]
+    client_run = loop.client_end[0] - loop.client_start[0]
+    client_wait = loop.client_end[1] - loop.client_start[1]
     return {
         "pairs": pairs,
         "round_trips": len(samples),
@@ -264,16 +268,32 @@ def request_reply(server: Server, proto, params, around=None) -> dict:
         "server_runq": wait_ns / 1e9 / wall,
         "server_window_s": wall,
         "server_cpu_per_round_trip_us": run_ns / 1000 / len(samples),
-        "client_cpu_share": loop.client_cpu / wall,
+        "client_cpu_share": client_run / 1e9 / wall,
+        # ready to run but its core busy with something else
+        "client_runq_share": client_wait / 1e9 / wall,
         "reads": loop.reads,
     }
+
+
+class _Side:
+    """One socket of a pair: what it reads into, how much it has, how much makes a unit."""
+
+    __slots__ = ("buf", "busy", "frames", "have", "pair", "sent", "sock", "t0", "view", "want")
+
+    def __init__(self, pair: int, sock: socket.socket, frames: _Frames, want: int) -> None:
+        self.pair, self.sock, self.frames, self.want = pair, sock, frames, want
+        self.buf = bytearray(want)
+        self.view = memoryview(self.buf)
+        self.have = 0
+        self.busy = False  # replier: replied, waiting for its reply's ack
+        self.sent = b""  # requester: what it expects back for the request in flight
+        self.t0 = 0
 
 
 class _RequestReply:
     """The requesters and the repliers of every pair, in one epoll loop."""
 
     def __init__(self, socks, frames, size, total, warmup, server) -> None:
-        self.frames = frames
         self.size = size
         self.total = total
         self.warmup = warmup
@@ -281,39 +301,37 @@ class _RequestReply:
         self.issued = self.done = self.wrong = self.reads = 0
         self.first_wrong: str | None = None
         self.samples: list[int] = []
-        self.socks = socks
-        # fd -> [pair, is requester, buffer, bytes in it, payload sent / replied?, t0]
-        self.state: dict[int, list] = {}
+        self.requesters: dict[int, _Side] = {}
+        self.repliers: dict[int, _Side] = {}
         for i, f in enumerate(frames):
             requester, replier = socks[2 * i], socks[2 * i + 1]
-            size_in = max(f.requester_gets, f.replier_gets)
-            self.state[requester.fileno()] = [i, True, bytearray(size_in), 0, b"", 0]
-            self.state[replier.fileno()] = [i, False, bytearray(size_in), 0, False, 0]
+            self.requesters[requester.fileno()] = _Side(i, requester, f, f.requester_gets)
+            self.repliers[replier.fileno()] = _Side(i, replier, f, f.replier_gets)
         self.t_start = self.t_end = 0.0
         self.server_start = self.server_end = (0, 0)
-        self.client_cpu = 0.0
-        self._cpu0 = 0.0
+        self.client_start = self.client_end = (0, 0)
 
-    def _send_request(self, fd: int, entry: list) -> None:
-        i = entry[0]
+    def _send_request(self, side: _Side) -> None:
         body = payload(self.issued, self.size)
         self.issued += 1
-        prefix, suffix = self.frames[i].request
-        entry[4] = body
-        entry[5] = time.perf_counter_ns()
-        self.socks[2 * i].send(prefix + body + suffix)
+        prefix, suffix = side.frames.request
+        answer_prefix, answer_suffix = side.frames.answer
+        side.sent = side.frames.ack + answer_prefix + body + answer_suffix
+        side.t0 = time.perf_counter_ns()
+        side.sock.send(prefix + body + suffix)
 
     def run(self, deadline: float, idle_timeout: float) -> None:
         ep = select.epoll()
         try:
-            for fd in self.state:
+            for fd in (*self.requesters, *self.repliers):
                 ep.register(fd, select.EPOLLIN)
-            for fd, entry in self.state.items():
-                if entry[1] and self.issued < self.total:
-                    self._send_request(fd, entry)
+            for side in self.requesters.values():
+                if self.issued < self.total:
+                    self._send_request(side)
             if self.warmup == 0:
                 self._open_window()
             last_data = time.monotonic()
+            requesters, repliers = self.requesters, self.repliers
             while self.done < self.total:
                 events = ep.poll(0.1)
                 now = time.monotonic()
@@ -323,65 +341,70 @@ class _RequestReply:
                     continue
                 last_data = now
                 for fd, _ in events:
-                    self._readable(fd, self.state[fd])
+                    side = requesters.get(fd)
+                    if side is not None:
+                        self._requester_readable(side)
+                    else:
+                        self._replier_readable(repliers[fd])
             self.t_end = time.perf_counter()
             self.server_end = self.server.sched_ns()
-            self.client_cpu = time.process_time() - self._cpu0
+            self.client_end = procs.sched_ns(os.getpid())
         finally:
             ep.close()
 
     def _open_window(self) -> None:
         self.t_start = time.perf_counter()
         self.server_start = self.server.sched_ns()
-        self._cpu0 = time.process_time()
+        self.client_start = procs.sched_ns(os.getpid())
 
-    def _readable(self, fd: int, entry: list) -> None:
-        i, is_requester, buf, have = entry[0], entry[1], entry[2], entry[3]
-        f = self.frames[i]
-        want = f.requester_gets if is_requester else f.replier_gets
+    def _read(self, side: _Side) -> bool:
+        """Read what there is, up to the unit; False when nothing was there."""
         try:
-            n = self.socks[2 * i + (0 if is_requester else 1)].recv_into(
-                memoryview(buf)[have:want])
+            n = side.sock.recv_into(side.view[side.have : side.want])
         except BlockingIOError:
-            return
+            return False
         if n == 0:
-            side = "requester" if is_requester else "replier"
-            raise BenchError(f"the server closed pair {i}'s {side}")
+            raise BenchError(f"the server closed a connection of pair {side.pair}")
         self.reads += 1
-        have += n
-        if is_requester:
-            entry[3] = have
-            if have < want:
-                return
-            t1 = time.perf_counter_ns()
-            prefix, suffix = f.answer
-            if buf[:want] != f.ack + prefix + entry[4] + suffix:
-                self._wrong(f"pair {i}'s answer {bytes(buf[:want])[:80]!r}")
-            entry[3] = 0
-            self.done += 1
-            if self.done > self.warmup:
-                self.samples.append(t1 - entry[5])
-            elif self.done == self.warmup:
-                self._open_window()
-            if self.issued < self.total:
-                self._send_request(fd, entry)
+        side.have += n
+        return True
+
+    def _requester_readable(self, side: _Side) -> None:
+        # its request's ack (SSMP), then the answer
+        if not self._read(side) or side.have < side.want:
             return
-        # the replier: the request, then (once it replied) its reply's ack
-        if not entry[4] and have >= f.delivered_len:
+        t1 = time.perf_counter_ns()
+        if side.buf != side.sent:
+            self._wrong(f"pair {side.pair}'s answer {bytes(side.buf)[:80]!r}")
+        side.have = 0
+        self.done += 1
+        if self.done > self.warmup:
+            self.samples.append(t1 - side.t0)
+        elif self.done == self.warmup:
+            self._open_window()
+        if self.issued < self.total:
+            self._send_request(side)
+
+    def _replier_readable(self, side: _Side) -> None:
+        # the request, then (once it replied) its reply's ack (SSMP)
+        if not self._read(side):
+            return
+        f = side.frames
+        if not side.busy and side.have >= f.delivered_len:
             prefix, suffix = f.delivered
-            body = bytes(buf[len(prefix) : len(prefix) + self.size])
             end = len(prefix) + self.size
+            buf = side.buf
             if buf[: len(prefix)] != prefix or buf[end : f.delivered_len] != suffix:
-                self._wrong(f"pair {i}'s request {bytes(buf[: f.delivered_len])[:80]!r}")
+                self._wrong(f"pair {side.pair}'s request {bytes(buf[: f.delivered_len])[:80]!r}")
             reply_prefix, reply_suffix = f.reply
-            self.socks[2 * i + 1].send(reply_prefix + body + reply_suffix)
-            entry[4] = True
-        if entry[4] and have >= want:
-            if buf[f.delivered_len : want] != f.ack:
-                self._wrong(f"pair {i}'s replier got {bytes(buf[f.delivered_len : want])!r}")
-            have = 0
-            entry[4] = False
-        entry[3] = have
+            side.sock.send(reply_prefix + buf[len(prefix) : end] + reply_suffix)
+            side.busy = True
+        if side.busy and side.have == side.want:
+            if side.buf[f.delivered_len :] != f.ack:
+                got = bytes(side.buf[f.delivered_len :])
+                self._wrong(f"pair {side.pair}'s replier got {got!r}")
+            side.have = 0
+            side.busy = False
 
     def _wrong(self, what: str) -> None:
         self.wrong += 1
@@ -426,7 +449,8 @@ def describe(name: str, r: dict) -> str:
             f"({r['round_trips']:,} in {r['elapsed_s']:.2f} s); round trip p50 "
             f"{r['p50_us']:.1f} us, p90 {r['p90_us']:.1f} us, p99 {r['p99_us']:.1f} us, max "
             f"{r['max_us']:.1f} us; server CPU {r['server_cpu_per_round_trip_us']:.2f} us per "
-            f"round trip; clients (one process) {100 * r['client_cpu_share']:.0f}% of a core")
+            f"round trip; clients (one process) {100 * r['client_cpu_share']:.0f}% of a core, "
+            f"{100 * r['client_runq_share']:.0f}% waiting for it")
 
 
 def ratios(name: str, key: str, by_kind: dict) -> str:
