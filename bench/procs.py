@@ -83,6 +83,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def sched_ns(pid: int) -> tuple[int, int]:
+    """(time on a CPU, time waiting on a run queue) of ``pid``'s threads so far, in ns
+    (/proc/PID/task/*/schedstat: exact, where /proc/PID/stat counts 10 ms ticks). The
+    second says how long the process was ready to run but its core was busy with others."""
+    run = wait = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            ran, waited, _ = (task / "schedstat").read_text().split()
+            run += int(ran)
+            wait += int(waited)
+    return run, wait
+
+
 def core_times() -> dict[int, tuple[int, int]]:
     """Per core: (busy, total) jiffies from /proc/stat (busy excludes idle and iowait)."""
     out = {}
@@ -173,6 +186,9 @@ class Server:
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.pid)
+
+    def sched_ns(self) -> tuple[int, int]:
+        return sched_ns(self.pid)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

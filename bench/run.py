@@ -29,6 +29,7 @@ from pathlib import Path
 
 import acl
 import journal
+import mixed
 import procs
 import sbus
 import sbus_floor
@@ -41,7 +42,8 @@ HERE = Path(__file__).resolve().parent
 ALIASES = {"1": "mcast", "2": "fanout", "3": "latency", "4": "stalled", "5": "idle",
            "6": "stmp-mcast", "7": "stmp-fanout", "8": "stmp-cross", "stmp": "stmp-all",
            "9": "mm2-mcast", "10": "mm2-ack", "11": "mm2-fanout", "mm2": "mm2-all",
-           **sbus.ALIASES, "sbus": "sbus-all", **journal.ALIASES, **acl.ALIASES}
+           **sbus.ALIASES, "sbus": "sbus-all", **journal.ALIASES, **acl.ALIASES,
+           **mixed.ALIASES}
 TARGETS = {
     ("mcast", "deliveries_per_s"): 1.5,
     ("fanout", "deliveries_per_s"): 5.0,
@@ -60,23 +62,41 @@ STMP_SCENARIOS = ["stmp-mcast", "stmp-fanout", "stmp-cross"]
 MM2_SCENARIOS = ["mm2-mcast", "mm2-ack", "mm2-fanout"]
 #: aliases that stand for several scenarios
 GROUPS = {"stmp-all": STMP_SCENARIOS, "mm2-all": MM2_SCENARIOS, "sbus-all": sbus.NAMES,
-          "acl-all": acl.NAMES}
+          "acl-all": acl.NAMES, "mixed": ["mcast16", "fanout16", "many", "latency", "rr100"]}
+#: what --only accepts
+ONLY = ["ssmp", "mosquitto", "stmp", "mm2", "sbus"]
+#: below this share of its core over a throughput run's measured window, the server was
+#: not the limit: the clients were, or other work on its core (issue 16's bench note)
+SATURATED = 0.9
+#: a window shorter than this is too short to judge it by (a reactor turn, a time slice)
+SHORTEST_WINDOW = 0.2
+
+
+def _only(text: str) -> list[str]:
+    wanted = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [w for w in wanted if w not in ONLY]
+    if unknown or not wanted:
+        raise argparse.ArgumentTypeError(f"not among {','.join(ONLY)}: {text!r}")
+    return wanted
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--only", choices=["ssmp", "mosquitto", "stmp", "mm2", "sbus"],
-                   help="drive one server/protocol only (stmp: the STMP runs of 6-8; mm2: "
-                        "the Micromessage2 runs of 9-11; sbus: the sbus runs of 12-16)")
+    p.add_argument("--only", type=_only,
+                   help="drive these servers/protocols only, comma-separated, of "
+                        f"{','.join(ONLY)} (stmp: the STMP runs of 6-8 and 20-22; mm2: the "
+                        "Micromessage2 runs of 9-11 and 20-22; sbus: the sbus runs of "
+                        "12-16), e.g. ssmp,mosquitto")
     p.add_argument(
         "--scenarios", default=DEFAULT_SCENARIOS,
         help="comma-separated names or numbers (1 mcast, 2 fanout, 3 latency, 4 stalled, "
              "5 idle, 6 stmp-mcast, 7 stmp-fanout, 8 stmp-cross, 9 mm2-mcast, 10 mm2-ack, "
              "11 mm2-fanout, 12 sbus-mcast, 13 sbus-mcast16, 14 sbus-mcast1k, "
-             "15 sbus-fanout, 16 sbus-stalled; 'stmp' = 6,7,8, 'mm2' = 9,10,11, "
-             "'sbus' = 12-16) "
+             "15 sbus-fanout, 16 sbus-stalled, 17 journal, 18 acl-mcast, 19 acl-fanout, "
+             "20 mcast16, 21 fanout16, 22 many, 23 rr100; 'stmp' = 6,7,8, 'mm2' = 9,10,11, "
+             "'sbus' = 12-16, 'mixed' = 20-23 and 3, 'rr1' = 3) "
              f"[{DEFAULT_SCENARIOS}]",
     )
     p.add_argument("--quick", action="store_true", help="a tenth of every count (smoke test)")
@@ -113,6 +133,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mm2-ack-messages", type=int, help="scenario 10 count [300000]")
     p.add_argument("--mm2-fanout-messages", type=int, help="scenario 11 count [10000]")
     sbus.add_options(p)
+    p.add_argument("--many-messages", type=int, help="scenario 22 count, in all [200000]")
+    p.add_argument("--many-clients", type=int,
+                   help="scenario 22 publishers = topics = subscribers [100]")
+    p.add_argument("--rr-pairs", type=int, help="scenario 23 request/reply pairs [100]")
+    p.add_argument("--rr-round-trips", type=int,
+                   help="scenario 23 round trips in all, after 5% as many warm-up ones [100000]")
     p.add_argument("--topics", type=int, default=1,
                    help="scenarios 1, 2, 4: the publisher cycles through this many topics, "
                         "all subscribed by every subscriber, so no two consecutive messages "
@@ -127,7 +153,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=60.0,
                    help="wait at most this long for that, then run anyway [60 s]; 0 = never")
     p.add_argument("--profile", action="store_true",
-                   help="py-spy record the broker during scenarios 1, 2, 6, 7, 9, 10, 11")
+                   help="py-spy record the broker during scenarios 1, 2, 6, 7, 9-11, 20-23")
     p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s [250]")
     p.add_argument("--results", type=Path, default=HERE / "results",
                    help="where logs, JSON results and profiles go [bench/results]")
@@ -202,8 +228,10 @@ def fmt(value: float) -> str:
 def describe(name: str, r: dict) -> str:
     if "error" in r:
         return f"FAILED: {r['error']}"
+    if name == "rr100":
+        return mixed.describe(name, r) + saturation(r)
     if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.NAMES,
-                *journal.NAMES, *acl.NAMES):
+                *journal.NAMES, *acl.NAMES, *mixed.THROUGHPUT):
         if "deliveries_per_s" not in r:
             return (f"INCOMPLETE: {r['completed_subscribers']}/{r['subscribers']} subscribers "
                     f"complete, {r['delivered']:,} of {r['messages'] * r['subscribers']:,} "
@@ -215,7 +243,7 @@ def describe(name: str, r: dict) -> str:
         per_sub = f", per subscriber {fmt(r['per_subscriber_per_s'])} msgs/s"
         text = (f"{fmt(r['deliveries_per_s'])} {unit} ({r['elapsed_s']:.3f} s"
                 f"{per_sub if not one else ''})")
-        if name in STMP_SCENARIOS or name in MM2_SCENARIOS or name in sbus.NAMES:
+        if name in (*STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.NAMES, *mixed.THROUGHPUT):
             text += (f"; from the publisher's start {fmt(r['deliveries_per_s_from_start'])} "
                      f"{unit} ({r['from_start_s']:.3f} s)")
         if name == "stmp-cross" or name in sbus.NAMES or name in acl.NAMES:
@@ -226,6 +254,9 @@ def describe(name: str, r: dict) -> str:
                  f" publisher {100 * r['publisher_cpu_share']:.0f}%, anything else"
                  f" {100 * r['other_cpu_share']:.0f}% of a core;"
                  f" {fmt(r['bytes_per_read'])} B per read")
+        if not (name == "stmp-cross" or name in sbus.NAMES or name in acl.NAMES):
+            text += f"; server CPU {r['server_cpu_per_delivery_us']:.2f} us per delivery"
+        text += saturation(r)
         pub = r.get("publisher", {})
         if r.get("ack_window") and pub.get("acks"):
             text += (f"; window {r['ack_window']}: {pub['acks']:,} acks to the publisher "
@@ -254,6 +285,27 @@ def describe(name: str, r: dict) -> str:
                 f"{'answered' if r['ping_ok'] else 'WRONG ANSWER'} in {r['ping_ms']:.1f} ms; "
                 f"idle ones closed or disturbed: {r['closed_or_unexpected_data']}")
     return json.dumps(r)
+
+
+def saturation(r: dict) -> str:
+    """Whether the server was the limit: its time on its core over the measured window
+    (first byte to last), from schedstat; below SATURATED, where the rest of the time went."""
+    if "server_busy" not in r:
+        return ""
+    busy, runq = r["server_busy"], r["server_runq"]
+    text = (f"; server busy {100 * busy:.0f}% of its core over the measured window "
+            f"({r['server_window_s']:.2f} s)")
+    if busy >= SATURATED:
+        return text
+    if r["server_window_s"] < SHORTEST_WINDOW:
+        return text + " (too short to judge)"
+    idle = max(0.0, 1 - busy - runq)
+    why = []
+    if runq >= 0.05:
+        why.append(f"{100 * runq:.0f}% waiting for its core (other work on it)")
+    if idle >= 0.05:
+        why.append(f"{100 * idle:.0f}% idle (waiting for the clients)")
+    return text + f" [NOT SATURATED: {', '.join(why) or 'below ' + str(SATURATED)}]"
 
 
 def _queues(r: dict) -> str:
@@ -330,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     if "mosquitto" in kinds:
         print(f"  mosquitto {procs.find_mosquitto(args.mosquitto)}, max_queued_messages "
               f"{args.mosquitto_queue_limit}")
+    print(f"  a throughput run whose server is busy less than {100 * SATURATED:.0f}% of its "
+          "core over the measured window says NOT SATURATED: its figure is not the server's "
+          "limit")
 
     results: dict[str, dict[str, list[dict]]] = {
         name: {kind: [] for kind in kinds_of[name]} for name in args.names
@@ -364,11 +419,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _kinds(name: str, only: str | None) -> list[str]:
+def _kinds(name: str, only: list[str] | None) -> list[str]:
     """The servers/protocols scenario ``name`` drives, in order (``--only`` filters)."""
     kinds = scenarios.KINDS.get(name, ["ssmp", "mosquitto"])
     if only:
-        kinds = [k for k in kinds if only in k.split("->") or k.startswith(f"{only}-")]
+        kinds = [k for k in kinds
+                 if any(o in k.split("->") or k.startswith(f"{o}-") for o in only)]
     return kinds
 
 
@@ -404,7 +460,7 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
     return r
 
 
-PROFILED = ("mcast", "fanout", "stmp-mcast", "stmp-fanout", *MM2_SCENARIOS)
+PROFILED = ("mcast", "fanout", "stmp-mcast", "stmp-fanout", *MM2_SCENARIOS, *mixed.NAMES)
 
 
 def _profiling(args, stamp: str, tag: str, profiles: list[dict]):
@@ -456,7 +512,27 @@ SUMMARY = {
     **sbus.SUMMARY,
     **journal.SUMMARY,
     **acl.SUMMARY,
+    **mixed.SUMMARY,
 }
+
+
+def _print_saturation(by_kind: dict) -> None:
+    """Each server's time on its core over the measured windows, and whether Mosquitto's
+    figure is its limit (a baseline only counts when it is)."""
+    busy = {kind: [r["server_busy"] for r in runs
+                   if "server_busy" in r and r["server_window_s"] >= SHORTEST_WINDOW]
+            for kind, runs in by_kind.items()}
+    if not any(busy.values()):
+        return
+    parts = [f"{kind} {100 * statistics.median(v):.0f}%" for kind, v in busy.items() if v]
+    print("    server busy (median share of its core over the measured window, windows of "
+          f"{SHORTEST_WINDOW} s or more): " + ", ".join(parts))
+    theirs = busy.get("mosquitto")
+    if theirs and min(theirs) < SATURATED:
+        low = sum(v < SATURATED for v in theirs)
+        print(f"    WARNING: Mosquitto was below {100 * SATURATED:.0f}% of its core in {low} of "
+              f"{len(theirs)} runs: there its figure is not its limit, and the ratios to it "
+              "overstate ours")
 
 
 def _stmp_ratios(name: str, key: str, by_kind: dict) -> str:
@@ -526,6 +602,8 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
             line += journal.ratios(name, key, by_kind)
         elif name in acl.NAMES:
             line += acl.ratios(name, key, by_kind)
+        elif name in mixed.NAMES:
+            line += mixed.ratios(name, key, by_kind)
         elif set(by_kind) == {"ssmp", "mosquitto"}:
             ours = median_of(by_kind["ssmp"], key)
             theirs = median_of(by_kind["mosquitto"], key)
@@ -535,6 +613,7 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
                 line += f" (target >= {target}x)" if target else ""
                 line += "" if higher_better else " (lower is better)"
         print(line)
+    _print_saturation(by_kind)
     if name == "stalled":
         if params.stalled_messages != params.fanout_messages:
             print(f"    note: {params.stalled_messages} messages here vs "

@@ -25,6 +25,7 @@ from clients import (
     BenchError,
     Echo,
     Publisher,
+    Received,
     WindowedPublisher,
     close_all,
     cumulative_acker,
@@ -75,6 +76,13 @@ class Params:
     sbus_fanout_messages: int = 100_000
     sbus_subscribers: int = 10
     sbus_bound: int = 1 << 20
+    #: bench/mixed.py: 22 (many publishers, topics and subscribers; messages in all) and
+    #: 23 (request/reply pairs; round trips in all, after the warm-up ones)
+    many_clients: int = 100
+    many_messages: int = 200_000
+    rr_pairs: int = 100
+    rr_round_trips: int = 100_000
+    rr_warmup: int = 5_000
 
     def quick(self) -> Params:
         return Params(
@@ -89,17 +97,107 @@ class Params:
             mm2_ack_window=self.mm2_ack_window, mm2_fanout_messages=1_000,
             sbus_mcast_messages=30_000, sbus_fanout_messages=10_000,
             sbus_subscribers=self.sbus_subscribers, sbus_bound=self.sbus_bound // 4,
+            many_clients=self.many_clients, many_messages=20_000, rr_pairs=self.rr_pairs,
+            rr_round_trips=10_000, rr_warmup=1_000,
         )
+
+
+class Measurement:
+    """What a throughput run measures besides its rate: the server's CPU over the
+    publisher's lifetime (from now to :meth:`figures`), the harness's own (the readers'),
+    each core's busy time, and the server's time on its core and waiting for it over the
+    measured window alone (:meth:`first_byte` to :meth:`last_byte`, from schedstat)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.rss_before = server.rss_kib()
+        self.server_cpu = server.cpu_seconds()
+        self.cores = core_times()
+        self.own = os.times()
+        self.start = time.perf_counter()
+        self._window: tuple[float, int, int] | None = None
+        self.window: dict = {}
+
+    def first_byte(self) -> None:
+        """``receive_counts``' ``on_first``: the measured window opens."""
+        self._window = (time.perf_counter(), *self.server.sched_ns())
+
+    def last_byte(self) -> None:
+        """Right after the readers are done: the measured window closes."""
+        if self._window is None:
+            return
+        t0, run0, wait0 = self._window
+        run1, wait1 = self.server.sched_ns()
+        wall = time.perf_counter() - t0
+        if wall > 0:
+            # busy: on its core; runq: ready to run, its core busy with something else;
+            # the rest idle (waiting for input: the clients set the pace)
+            self.window = {"server_busy": (run1 - run0) / 1e9 / wall,
+                           "server_runq": (wait1 - wait0) / 1e9 / wall,
+                           "server_window_s": wall}
+
+    def figures(self, got: Received, *, messages: int, subscribers: int, frame_len: int,
+                pub: dict, verified: str) -> dict:
+        """The result of a run in which ``subscribers`` readers each expected ``messages``
+        frames of ``frame_len`` bytes (``pub``: the publisher's report)."""
+        wall = time.perf_counter() - self.start
+        server_cpu = self.server.cpu_seconds() - self.server_cpu
+        cores = core_busy(self.cores, core_times())
+        after = os.times()
+        reader_cpu = after.user + after.system - self.own.user - self.own.system
+        pub_cpu = pub.get("cpu_seconds", 0.0)
+        result: dict = {
+            "messages": messages,
+            "subscribers": subscribers,
+            "frame_bytes": frame_len,
+            "completed_subscribers": got.completed,
+            "framing_ok": got.tail_ok == got.completed and got.tail_bad == 0,
+            "verified": verified,
+            "first_mismatch": got.first_bad,
+            # small reads mean the readers kept up (a reader that lags reads big chunks)
+            "bytes_per_read": sum(got.counts) / max(1, got.reads),
+            "eof_subscribers": len(got.eof),
+            "closed_how": got.closes[:5],
+            "timed_out": got.timed_out,
+            "delivered": sum(c // frame_len for c in got.counts),
+            "publisher": pub,
+            "rss_before_kib": self.rss_before,
+            # CPU used while the publisher was alive (start to finish, a little longer than
+            # the measured first-to-last-byte window), as a share of that wall time
+            "cpu_window_s": wall,
+            "server_cpu_s": server_cpu,
+            "server_cpu_share": server_cpu / wall,
+            "reader_cpu_share": reader_cpu / wall,
+            "publisher_cpu_share": pub_cpu / wall,
+            "core_busy": cores,
+            # other processes on this machine (and kernel work not charged to ours)
+            "other_cpu_share": sum(cores.values()) - (server_cpu + reader_cpu + pub_cpu) / wall,
+            **self.window,
+        }
+        elapsed = got.elapsed
+        if elapsed and got.completed == subscribers:
+            result["elapsed_s"] = elapsed
+            result["deliveries_per_s"] = subscribers * messages / elapsed
+            result["per_subscriber_per_s"] = messages / elapsed
+            # from just before the publisher starts (a server that reads a large chunk of
+            # publishes before writing any delivery makes "first byte" start late)
+            result["from_start_s"] = got.t_last - self.start
+            result["deliveries_per_s_from_start"] = (
+                subscribers * messages / (got.t_last - self.start))
+            # server CPU seconds per delivery, over the publisher's lifetime (see above)
+            result["server_cpu_per_delivery_us"] = 1e6 * server_cpu / (subscribers * messages)
+        return result
 
 
 def publish_fanout(
     server: Server, proto, params: Params, *, messages: int, subscribers: int,
-    stalled: bool = False, around: Callable | None = None,
+    stalled: bool = False, around: Callable | None = None, topics: int | None = None,
 ) -> dict:
     """One publisher, ``subscribers`` readers (plus one that never reads when ``stalled``).
 
     ``around``: a context-manager factory wrapped around the publishing phase (profiling).
-    ``proto`` may be a :class:`wire.Mixed`: its ``pub`` publishes, its ``sub`` subscribes."""
+    ``proto`` may be a :class:`wire.Mixed`: its ``pub`` publishes, its ``sub`` subscribes.
+    ``topics``: how many topics the publisher cycles through (default ``params.topics``)."""
     pub_proto = getattr(proto, "pub", proto)
     proto = getattr(proto, "sub", proto)
     port = server.port_for(proto.name)
@@ -107,16 +205,16 @@ def publish_fanout(
     sender = "pub"
     # message i goes to topics[i % k]; with k > 1 no two consecutive messages share a
     # topic (every subscriber subscribes to all k), which defeats batching of runs
-    k = params.topics
-    topics = [TOPIC] if k == 1 else [f"{TOPIC}{j:03d}" for j in range(k)]
+    k = params.topics if topics is None else topics
+    names = topic_names(k)
     size = params.payload_size
-    frame_len = len(proto.delivered(sender, topics[0], payload(0, size)))
+    frame_len = len(proto.delivered(sender, names[0], payload(0, size)))
     expected = messages * frame_len
-    last = proto.delivered(sender, topics[(messages - 1) % k], payload(messages - 1, size))
+    last = proto.delivered(sender, names[(messages - 1) % k], payload(messages - 1, size))
     stream = None
     if params.verify:
         stream = b"".join(
-            proto.delivered(sender, topics[i % k], payload(i, size)) for i in range(messages)
+            proto.delivered(sender, names[i % k], payload(i, size)) for i in range(messages)
         )
     stalled_sock = None
     socks: list[socket.socket] = []
@@ -124,21 +222,17 @@ def publish_fanout(
         if stalled:
             # first in the topic's subscriber order; tiny receive buffer; never read again
             stalled_sock = open_client(
-                port, *proto.subscriber_setup("stalled", *topics), rcvbuf=4096
+                port, *proto.subscriber_setup("stalled", *names), rcvbuf=4096
             )
-        setups = [proto.subscriber_setup(f"sub{i}", *topics) for i in range(subscribers)]
+        setups = [proto.subscriber_setup(f"sub{i}", *names) for i in range(subscribers)]
         socks = open_many(port, setups, timeout=60.0)
         for sock in socks:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         pub_sock = open_client(pub_port, *pub_proto.publisher_setup(sender))
         data = b"".join(
-            pub_proto.publish(topics[i % k], payload(i, size)) for i in range(messages)
+            pub_proto.publish(names[i % k], payload(i, size)) for i in range(messages)
         )
-        rss_before = server.rss_kib()
-        server_cpu = server.cpu_seconds()
-        cores = core_times()
-        own = os.times()
-        wall = start = time.perf_counter()
+        measure = Measurement(server)
         deadline = time.monotonic() + params.scenario_timeout
         # with an ack window (Micromessage2 batch-ack), the subscribers acknowledge what
         # they read and the publisher keeps at most ``window`` messages unacknowledged
@@ -162,55 +256,17 @@ def publish_fanout(
                     socks, expected, last_frame=last, idle_timeout=params.idle_timeout,
                     deadline=deadline, expected_stream=stream,
                     verify_streams=params.verify_streams, on_read=on_read,
+                    on_first=measure.first_byte,
                 )
+                measure.last_byte()
             finally:
                 pub = publisher.finish()
-        # CPU used while the publisher was alive (start to finish, a little longer than the
-        # measured first-to-last-byte window), as a share of that wall time
-        wall = time.perf_counter() - wall
-        server_cpu = server.cpu_seconds() - server_cpu
-        cores = core_busy(cores, core_times())
-        after = os.times()
-        reader_cpu = after.user + after.system - own.user - own.system
-        result: dict = {
-            "messages": messages,
-            "subscribers": subscribers,
-            "topics": k,
-            "frame_bytes": frame_len,
-            "completed_subscribers": got.completed,
-            "framing_ok": got.tail_ok == got.completed and got.tail_bad == 0,
-            "verified": (f"every byte of {min(subscribers, params.verify_streams)} streams, the "
-                         "last frame of the others") if params.verify else "last frames",
-            "first_mismatch": got.first_bad,
-            # small reads mean the readers kept up (a reader that lags reads big chunks)
-            "bytes_per_read": sum(got.counts) / max(1, got.reads),
-            "eof_subscribers": len(got.eof),
-            "closed_how": got.closes[:5],
-            "timed_out": got.timed_out,
-            "delivered": sum(c // frame_len for c in got.counts),
-            "publisher": pub,
-            "rss_before_kib": rss_before,
-            "cpu_window_s": wall,
-            "server_cpu_s": server_cpu,
-            "server_cpu_share": server_cpu / wall,
-            "reader_cpu_share": reader_cpu / wall,
-            "publisher_cpu_share": pub.get("cpu_seconds", 0.0) / wall,
-            "core_busy": cores,
-            # other processes on this machine (and kernel work not charged to ours)
-            "other_cpu_share": sum(cores.values())
-            - (server_cpu + reader_cpu + pub.get("cpu_seconds", 0.0)) / wall,
-        }
-        elapsed = got.elapsed
-        if elapsed and got.completed == subscribers:
-            result["elapsed_s"] = elapsed
-            result["deliveries_per_s"] = subscribers * messages / elapsed
-            result["per_subscriber_per_s"] = messages / elapsed
-            # from just before the publisher starts (a server that reads a large chunk of
-            # publishes before writing any delivery makes "first byte" start late)
-            result["from_start_s"] = got.t_last - start
-            result["deliveries_per_s_from_start"] = subscribers * messages / (got.t_last - start)
-            # server CPU seconds per delivery, over the publisher's lifetime (see above)
-            result["server_cpu_per_delivery_us"] = 1e6 * server_cpu / (subscribers * messages)
+        result = measure.figures(
+            got, messages=messages, subscribers=subscribers, frame_len=frame_len, pub=pub,
+            verified=(f"every byte of {min(subscribers, params.verify_streams)} streams, the "
+                      "last frame of the others") if params.verify else "last frames",
+        )
+        result["topics"] = k
         if stalled_sock is not None:
             # the disconnect (if any) happened while the others were being served; allow
             # the reset a moment to arrive
@@ -239,6 +295,11 @@ def publish_fanout(
         close_all(socks)
         if stalled_sock is not None:
             stalled_sock.close()
+
+
+def topic_names(k: int) -> list[str]:
+    """The topics of a run over ``k`` topics, all of one length (so all frames are)."""
+    return [TOPIC] if k == 1 else [f"{TOPIC}{j:03d}" for j in range(k)]
 
 
 def mcast(server: Server, proto, params: Params, around=None) -> dict:
@@ -320,7 +381,7 @@ def mm2_fanout(server: Server, proto, params: Params, around=None) -> dict:
     )
 
 
-def _percentile(sorted_values: list[int], p: float) -> int:
+def percentile(sorted_values: list[int], p: float) -> int:
     """Nearest-rank percentile."""
     rank = max(1, math.ceil(p / 100 * len(sorted_values)))
     return sorted_values[rank - 1]
@@ -382,9 +443,9 @@ def latency(server: Server, proto, params: Params, around=None) -> dict:
         "round_trips": len(samples),
         "warmup": params.latency_warmup,
         "wrong_answers": bad,
-        "p50_us": _percentile(samples, 50) / 1000,
-        "p90_us": _percentile(samples, 90) / 1000,
-        "p99_us": _percentile(samples, 99) / 1000,
+        "p50_us": percentile(samples, 50) / 1000,
+        "p90_us": percentile(samples, 90) / 1000,
+        "p99_us": percentile(samples, 99) / 1000,
         "max_us": samples[-1] / 1000,
         "mean_us": sum(samples) / len(samples) / 1000,
         "round_trips_per_s": 1e9 * len(samples) / sum(samples),
@@ -478,3 +539,10 @@ import acl  # noqa: E402
 
 SCENARIOS.update(acl.SCENARIOS)
 KINDS.update(acl.KINDS)
+
+# scenarios 20-23, the workloads real clients make (mixed topics, request/reply), live in
+# bench/mixed.py
+import mixed  # noqa: E402
+
+SCENARIOS.update(mixed.SCENARIOS)
+KINDS.update(mixed.KINDS)

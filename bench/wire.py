@@ -257,6 +257,12 @@ class MM2:
     def delivered(cls, sender: str, topic: str, payload: bytes) -> bytes:
         return cls.message(cls.seq_of(int(payload[:8])), topic, payload)
 
+    @staticmethod
+    def unsequenced(frame: bytes) -> bytes:
+        """A MESSAGE frame with its sequence number zeroed: a delivery's is the subscriber's
+        own count, so it says in which order messages arrived, not which message it is."""
+        return frame[:1] + b"\0\0" + frame[3:]
+
     @classmethod
     def ack(cls, seq: int) -> bytes:
         """The batch-ack EXTENSION frame acknowledging every message up to ``seq``."""

@@ -68,3 +68,54 @@ def test_reload_under_load_loses_nothing():
     figures = re.search(r"lost: (\d+)  duplicated: (\d+)  unexpected: (\d+)", out)
     assert figures and figures.groups() == ("0", "0", "0"), out
     assert "broker alive: True" in out
+
+
+def test_mosquitto_and_msgbroker_on_the_mixed_workloads(tmp_path):
+    """One quick invocation of the workloads real clients make (issue 16), against both
+    servers: every run completes with its bytes checked, and every throughput run says how
+    busy the server's core was (Mosquitto's baseline counts only when it is the limit)."""
+    out = run(
+        "run.py", "--quick", "--scenarios", "mcast16,many,rr100", "--only", "ssmp,mosquitto",
+        "--quiet-wait", "0", "--results", str(tmp_path),
+    )
+    for word in ("FAILED", "INCOMPLETE", "WRONG"):
+        assert word not in out, out
+    runs = re.findall(r"^  (ssmp|mosquitto) +([\d,]+) (msgs|deliveries|round trips)/s", out, re.M)
+    assert sorted(kind for kind, _, _ in runs) == ["mosquitto"] * 3 + ["ssmp"] * 3, out
+    assert all(int(rate.replace(",", "")) > 0 for _, rate, _ in runs), out
+    busy = re.findall(r"^  (ssmp|mosquitto) .*server busy (\d+)% of its core", out, re.M)
+    assert len(busy) == 6, out
+    assert "ssmp/mosquitto" in out, out
+
+
+def test_the_many_publishers_check_finds_what_is_missing_doubled_or_out_of_order():
+    mixed = load("mixed")
+    wire = sys.modules["wire"]  # the one mixed imported (isinstance checks compare classes)
+    proto, n, per, stride, size = wire.SSMP(), 3, 6, 0xFFFF, 16
+    names = [f"bench{j:03d}" for j in range(n)]
+    senders = [f"pub{p:03d}" for p in range(n)]
+    frame_len = len(proto.delivered(senders[0], names[0], wire.payload(0, size)))
+    check = mixed._stream_checker(proto, n, per, stride, size, names, senders, frame_len, 1)
+
+    def frames(p):  # publisher p's messages to topic 0, in its order
+        return [proto.delivered(senders[p], names[0], wire.payload(p * stride + j, size))
+                for j in range((0 - p) % n, per, n)]
+
+    interleaved = [f for pair in zip(*(frames(p) for p in range(n)), strict=True) for f in pair]
+    assert check(0, bytearray(b"".join(interleaved))) is None
+    assert check(0, bytearray(b"".join(frames(2) + frames(0) + frames(1)))) is None
+    swapped = frames(0)[::-1] + frames(1) + frames(2)
+    assert "after its message" in check(0, bytearray(b"".join(swapped)))
+    doubled = interleaved[:-1] + interleaved[:1]
+    assert "twice" in check(0, bytearray(b"".join(doubled)))
+    stranger = [proto.delivered(senders[0], names[1], wire.payload(1, size)), *interleaved[1:]]
+    assert "not expected" in check(0, bytearray(b"".join(stranger)))
+    assert "frames, expected" in check(0, bytearray(b"".join(interleaved[:-1])))
+    # Micromessage2: a delivery's sequence number is the subscriber's own count
+    mm2 = wire.MM2()
+    check = mixed._stream_checker(mm2, n, per, stride, size, names, senders,
+                                  len(mm2.delivered("", names[0], wire.payload(0, size))), 1)
+    renumbered = [wire.MM2.message(k + 1, names[0], wire.payload(p * stride + j, size))
+                  for k, (p, j) in enumerate((p, j) for p in range(n)
+                                             for j in range((0 - p) % n, per, n))]
+    assert check(0, bytearray(b"".join(renumbered))) is None
