@@ -20,7 +20,14 @@ def build(context: EngineContext) -> NatsEngine:
 
 
 NATS = EngineSpec(
-    "nats", ("nats", "tls", "nats+tls"), build, "NATS subjects (nats-server 2)"
+    "nats",
+    ("nats", "tls", "nats+tls"),
+    build,
+    "NATS subjects (nats-server 2)",
+    # NATS keeps each publisher's order, not one order of all of them
+    ordered=False,
+    no_queue_groups="queue groups need the Redis engine: this cluster runs on NATS, which "
+    "does not carry them across nodes (docs/cluster.md)",
 )
 
 
