@@ -3,6 +3,10 @@
 asked to (or when the server requires it), writes ``CONNECT`` and a ``PING``, and is ready
 at the ``PONG`` (an ``-ERR`` before it is the server's refusal, e.g. a wrong password).
 
+The upgrade wraps the TCP connection in Twisted's TLS protocol on the engine's own reactor
+(``transport.startTLS`` would time the TLS layer's writes on the global reactor, which is
+not always the one running).
+
 Output is queued and written in one go by :meth:`NatsConnection.flush`. The connection is
 the transport's streaming producer: when Twisted's buffer is full (the server does not keep
 up) what would be written is held here, within ``max_buffer`` bytes; past that
@@ -17,7 +21,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -32,24 +36,26 @@ class NatsError(Exception):
 class NatsConnection(Protocol):
     """See the module docstring. ``connect_options()`` gives CONNECT's fields (name, user,
     password or token: asked for only when the server's INFO has come, and never kept);
-    ``tls()`` the client TLS options to upgrade with, or ``None`` for plain TCP (then a
-    server that requires TLS is upgraded to with default trust). ``on_msg(msg)`` gets each
+    ``tls(required)`` the client TLS options to upgrade with, or ``None`` for plain TCP
+    (``required``: the server's INFO says it takes TLS only). ``on_msg(msg)`` gets each
     message, ``on_chunk()`` is called after each read, ``on_ready(info)`` once connected,
     ``on_lost(reason)`` once at the end, ``on_error(text, ready)`` for each ``-ERR``."""
 
-    transport: Any  # a TCP transport (upgraded to TLS in place)
+    transport: Any  # a TCP transport
 
     def __init__(
         self,
+        clock: Any,
         max_buffer: int,
         connect_options: Callable[[], dict[str, Any]],
-        tls: Callable[[], Any],
+        tls: Callable[[bool], Any],
         on_ready: Callable[[codec.Info], None],
         on_msg: Callable[[codec.Msg], None],
         on_chunk: Callable[[], None],
         on_lost: Callable[[str], None],
         on_error: Callable[[str, bool], None],
     ) -> None:
+        self.clock = clock
         self.max_buffer = max_buffer
         self.connect_options = connect_options
         self.tls = tls
@@ -69,6 +75,9 @@ class NatsConnection(Protocol):
         self.held_bytes = 0
         self.paused = False
         self.lost = False
+        #: where output goes: the TCP transport, or the TLS layer over it
+        self.wire: Any = None
+        self._tls: Any = None
 
     # -- output ----------------------------------------------------------------------------
 
@@ -100,7 +109,16 @@ class NatsConnection(Protocol):
             self._held.append(data)
             self.held_bytes += len(data)
         else:
-            self.transport.write(data)
+            self.wire.write(data)
+
+    def close(self) -> None:
+        """Close once what is written is sent (after TLS's close_notify)."""
+        if self.wire is not None:
+            self.wire.loseConnection()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abortConnection()
 
     def ping(self) -> Deferred[None]:
         """A PING, written with the next flush: fires at its PONG, when the server has
@@ -119,21 +137,29 @@ class NatsConnection(Protocol):
     # -- Twisted ---------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
+        self.wire = self.transport
         self.transport.registerProducer(self, True)
 
     def dataReceived(self, data: bytes) -> None:
+        if self._tls is not None:
+            self._tls.dataReceived(data)  # decrypted, it comes back to received()
+        else:
+            self.received(data)
+
+    def received(self, data: bytes) -> None:
+        """What the server sent (decrypted)."""
         try:
             events = self.parser.feed(data)
         except codec.NatsProtocolError as e:
             self.on_error(f"unreadable data from the NATS server: {e}", self.ready)
-            self.transport.abortConnection()
+            self.abort()
             return
         on_msg = self.on_msg
         for event in events:
             if type(event) is codec.Msg:
                 on_msg(event)
             elif type(event) is codec.Ping:
-                self.transport.write(codec.PONG)  # at once: the server waits for it
+                self.wire.write(codec.PONG)  # at once: the server waits for it
             elif type(event) is codec.Pong:
                 self._pong()
             elif type(event) is codec.Info:
@@ -149,17 +175,24 @@ class NatsConnection(Protocol):
         first, self.info = self.info is None, info
         if not first:
             return  # a later INFO (cluster topology news): nothing to do
-        options = self.tls()
-        if options is None and info.tls_required:
-            from twisted.internet import ssl
-
-            host = getattr(self.transport.getPeer(), "host", "localhost")
-            options = ssl.optionsForClientTLS(host)
+        options = self.tls(info.tls_required)
         if options is not None:
-            # Twisted starts the handshake before anything written from now on
-            self.transport.startTLS(options)
-        self.transport.write(codec.connect(self.connect_options()) + codec.PING)
+            self._start_tls(options)
+        self.wire.write(codec.connect(self.connect_options()) + codec.PING)
         self._pongs.append(None)
+
+    def _start_tls(self, options: Any) -> None:
+        """From now on every byte goes through TLS (the handshake first)."""
+        from twisted.protocols.tls import TLSMemoryBIOFactory
+
+        transport = self.transport
+        transport.unregisterProducer()
+        inner: Any = Factory.forProtocol(lambda: _Decrypted(self))
+        factory = TLSMemoryBIOFactory(options, True, inner, clock=self.clock)
+        tls = factory.buildProtocol(transport.getPeer())
+        tls.makeConnection(transport)
+        self._tls = self.wire = tls
+        tls.registerProducer(self, True)
 
     def _pong(self) -> None:
         waiting = self._pongs.popleft() if self._pongs else None
@@ -177,6 +210,8 @@ class NatsConnection(Protocol):
             if d is not None:
                 d.errback(NatsError("connection lost"))
         self._out, self._out_bytes, self._held, self.held_bytes = [], 0, [], 0
+        if self._tls is not None:
+            self._tls.connectionLost(reason)
         self.on_lost(reason.getErrorMessage())
 
     def pauseProducing(self) -> None:
@@ -186,7 +221,18 @@ class NatsConnection(Protocol):
         self.paused = False
         held, self._held, self.held_bytes = self._held, [], 0
         if held:
-            self.transport.write(b"".join(held))
+            self.wire.write(b"".join(held))
 
     def stopProducing(self) -> None:
         self.lost = True
+
+
+class _Decrypted(Protocol):
+    """The protocol inside the TLS layer: hands the decrypted bytes to the connection
+    (which hears of the connection's loss from the TCP transport itself)."""
+
+    def __init__(self, connection: NatsConnection) -> None:
+        self.connection = connection
+
+    def dataReceived(self, data: bytes) -> None:
+        self.connection.received(data)

@@ -103,8 +103,9 @@ class NatsEngine:
 
     # -- connecting ------------------------------------------------------------------------
 
-    def _tls(self) -> Any:
-        if not self.address.tls:
+    def _tls(self, required: bool) -> Any:
+        """TLS options for a ``tls://`` URL, or a server that requires TLS; else None."""
+        if not (self.address.tls or required):
             return None
         from twisted.internet import ssl
 
@@ -146,6 +147,7 @@ class NatsEngine:
 
         def build() -> NatsConnection:
             return NatsConnection(
+                reactor,
                 settings.max_buffer, self._connect_options, self._tls, self._ready,
                 self._msg, self.context.events.chunk_done, self._lost, self._error,
             )
@@ -162,10 +164,10 @@ class NatsEngine:
 
         def too_slow() -> None:
             self._handshake = None
-            if not conn.ready and conn.transport is not None:
+            if not conn.ready:
                 self.context.log("connect", f"cluster: NATS at {self.url} did not complete "
                                  "the handshake in time")
-                conn.transport.abortConnection()
+                conn.abort()
 
         self._handshake = self.context.reactor.callLater(
             self.context.settings.connect_timeout, too_slow
@@ -235,16 +237,15 @@ class NatsEngine:
             self._connecting.cancel()
         conn = self.conn
         if conn is None or not self.ready:
-            if conn is not None and conn.transport is not None:
-                conn.transport.loseConnection()
+            if conn is not None:
+                conn.abort()
             return defer.succeed(None)
         done = conn.ping()  # its PONG: the server has taken everything before it (our bye)
         conn.flush()
         closed: Deferred[None] = Deferred()
 
         def close(_: Any) -> None:
-            if conn.transport is not None:
-                conn.transport.loseConnection()
+            conn.close()
             closed.callback(None)
 
         timeout = self.context.reactor.callLater(

@@ -75,7 +75,7 @@ def split_changes(
 ) -> list[bytes]:
     """``data`` (an announcement of ``changes``) as announcements of at most about
     ``limit`` bytes of changes each, with ``data``'s header (who sends them)."""
-    unpacker = msgpack.Unpacker(raw=False)
+    unpacker = msgpack.Unpacker(raw=True)  # only its length is wanted
     unpacker.feed(data)
     unpacker.unpack()
     head = data[: unpacker.tell()]
