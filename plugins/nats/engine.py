@@ -407,6 +407,7 @@ class NatsEngine:
         parts = statewire.state_parts(self.context.node, self.state, limit)
         out = [codec.pub(reply, part) for part in parts]
         conn.write(b"".join(out), force=True)
+        conn.flush()
 
     def _answer_came(self, msg: codec.Msg) -> None:
         try:
