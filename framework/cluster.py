@@ -96,8 +96,11 @@ class Cluster:
         self._routes_generation = -1
         self._view_generation = 0
         # what waits for the batcher's flush
-        self._to_topics: dict[str, list[Any]] = {}
-        self._to_nodes: dict[str, list[Any]] = {}
+        #: (to a node?, topic or node, items), in the order they were started
+        self._batches: list[tuple[bool, str, list[Any]]] = []
+        #: the targets of the last message queued, and their batches' items
+        self._last_targets: Any = None
+        self._last_items: list[list[Any]] = []
         self._changes: list[tuple[bytes, bytes | None]] = []
         self._marked = False
         self._snapshotting = False
@@ -209,11 +212,23 @@ class Cluster:
             self._queue(route, run.topic, wire.run_item(run))
 
     def _queue(self, route: tuple[bool, tuple[str, ...]], topic: str, item: Any) -> None:
+        targets = (topic, route)
+        if targets == self._last_targets:
+            for items in self._last_items:  # the batches started last: order is kept
+                items.append(item)
+            return
         exact, nodes = route
-        if exact:
-            self._to_topics.setdefault(topic, []).append(item)
-        for node in nodes:
-            self._to_nodes.setdefault(node, []).append(item)
+        started = [(False, topic, [item])] if exact else []
+        started += [(True, node, [item]) for node in nodes]
+        self._start(targets, started)
+
+    def _start(self, targets: Any, started: list[tuple[bool, str, list[Any]]]) -> None:
+        """New batches for a message whose targets differ from the last one's: a node
+        receives the publications in the order they are written, so a message may join
+        only the batches started last (consecutive messages to one topic: one batch)."""
+        self._batches += started
+        self._last_targets = targets
+        self._last_items = [items for _, _, items in started]
         self._mark()
 
     def unicast(self, message: Message) -> bool:
@@ -221,18 +236,22 @@ class Cluster:
         node = self.view.identities.get(message.topic)  # type: ignore[arg-type]
         if node is None:
             return False
-        self._to_nodes.setdefault(node, []).append(wire.message_item(message))
-        self._mark()
+        self._to_nodes([node], wire.message_item(message))
         return True
 
     def broadcast(self, topics: Iterable[str], message: Message) -> None:
         topics = list(topics)
         nodes = self.view.nodes_in(topics)
         if nodes:
-            item = wire.broadcast_item(message, topics)
-            for node in nodes:
-                self._to_nodes.setdefault(node, []).append(item)
-            self._mark()
+            self._to_nodes(sorted(nodes), wire.broadcast_item(message, topics))
+
+    def _to_nodes(self, nodes: list[str], item: Any) -> None:
+        targets = tuple(nodes)
+        if targets == self._last_targets:
+            for items in self._last_items:
+                items.append(item)
+        else:
+            self._start(targets, [(True, node, [item]) for node in nodes])
 
     def presence_snapshot(self, topic: str) -> list[Message]:
         """One SUBSCRIBE event per member of ``topic`` on other nodes."""
@@ -308,7 +327,7 @@ class Cluster:
 
     def flush(self) -> None:
         """Write what was collected (the broker's batcher calls this): one publication per
-        topic and per node, then one engine write."""
+        batch (consecutive messages to the same targets), then one engine write."""
         self._marked = False
         engine, head, counters = self.engine, self.header, self.counters
         if self._changes:
@@ -317,22 +336,22 @@ class Cluster:
                 data = head + wire.body(wire.CHANGES, [list(c) for c in changes])
                 engine.announce(data, changes)
             # when not connected, the whole state is stored again on connect
-        sent = 0
-        for batches, put in ((self._to_topics, engine.publish), (self._to_nodes, engine.send)):
-            if not batches:
-                continue
-            for target, items in batches.items():
-                data = head + wire.body(wire.MESSAGES, items)
-                count = sum(len(i[4]) if i[0] == "r" else 1 for i in items)
-                if put(target, data):
-                    counters.publications_out += 1
-                    counters.bytes_out += len(data)
-                    sent += count
-                else:
-                    counters.dropped += count
-                    self._log_trouble("dropped", f"cluster: {count} messages could not cross")
-            batches.clear()
+        sent = dropped = 0
+        batches, self._batches = self._batches, []
+        self._last_targets, self._last_items = None, []
+        for to_node, target, items in batches:
+            data = head + wire.body(wire.MESSAGES, items)
+            count = sum(len(i[4]) if i[0] == "r" else 1 for i in items)
+            if (engine.send if to_node else engine.publish)(target, data):
+                counters.publications_out += 1
+                counters.bytes_out += len(data)
+                sent += count
+            else:
+                dropped += count
         counters.messages_out += sent
+        if dropped:
+            counters.dropped += dropped
+            self._log_trouble("dropped", f"cluster: messages could not cross ({dropped} now)")
         engine.flush()
 
     # -- from the engine -------------------------------------------------------------------
