@@ -224,7 +224,7 @@ class NatsConnection(Protocol):
             self.wire.write(b"".join(held))
 
     def stopProducing(self) -> None:
-        self.lost = True
+        """Nothing to stop: :meth:`connectionLost` follows when the connection ends."""
 
 
 class _Decrypted(Protocol):

@@ -100,6 +100,8 @@ class NatsEngine:
         self._retry: Any = None
         self._handshake: Any = None
         self._connecting: Deferred[Any] | None = None
+        #: when the PING now unanswered was sent
+        self._ping_since: float | None = None
 
     # -- connecting ------------------------------------------------------------------------
 
@@ -192,6 +194,7 @@ class NatsEngine:
         conn.flush()
         self.ready = True
         self._delay = 0.1
+        self._ping_since = None
         self.context.events.engine_connected()
 
     def _failed(self, failure: Any) -> None:
@@ -212,6 +215,9 @@ class NatsEngine:
             self._finish(request, NatsError("connection lost"))
         if was_ready and not self._stopped:
             self.context.events.engine_lost(reason)
+        elif not self._stopped:  # a TLS handshake refused, a server that hung up on us
+            self.context.log("connect", f"cluster: NATS at {self.url} closed the connection "
+                             f"before it was ready: {reason}")
         self._again()
 
     def _again(self) -> None:
@@ -322,7 +328,26 @@ class NatsEngine:
         return self.ready
 
     def beat(self) -> None:
-        """Nothing: the heartbeat is the announcement the cluster makes next."""
+        """The heartbeat is the announcement the cluster makes next; here a PING, so that
+        a server that has not answered one for ``max(3 heartbeats, connect-timeout)`` is
+        taken for gone (a cut network sends no FIN) and the engine connects again."""
+        conn = self.conn
+        if conn is None or not self.ready:
+            return
+        now = self.context.reactor.seconds()
+        if self._ping_since is None:
+            self._ping_since = now
+            conn.ping().addCallbacks(self._ponged, lambda failure: None)
+            return
+        settings = self.context.settings
+        silent = now - self._ping_since
+        if silent > max(3 * settings.heartbeat, settings.connect_timeout):
+            self.context.log("stale", f"cluster: NATS at {self.url} has not answered a PING "
+                             f"for {silent:.1f} s: connecting again")
+            conn.abort()
+
+    def _ponged(self, _: None) -> None:
+        self._ping_since = None
 
     def snapshot(self, nodes: Sequence[str] | None = None) -> Deferred[dict[str, NodeState]]:
         conn = self.conn

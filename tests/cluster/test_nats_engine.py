@@ -180,10 +180,15 @@ def test_a_password_a_token_and_neither_ever_in_the_log(tmp_path: Path) -> None:
     assert "nats://bob:***@127.0.0.1" in text and "nats://***@127.0.0.1" in text
 
 
-def test_tls_to_nats_with_the_cluster_ca(tmp_path: Path) -> None:
+def test_tls_to_nats_with_the_cluster_ca_and_a_client_certificate(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
-    with NatsServer(tmp_path / "n", pki=pki) as nats:
-        settings = {"tls-ca": str(pki.ca.cert_path)}
+    client = pki.client("node")
+    verify = ("--tlsverify", "--tlscacert", str(pki.ca.cert_path))
+    with NatsServer(tmp_path / "n", pki=pki, extra=verify) as nats:
+        settings = {
+            "tls-ca": str(pki.ca.cert_path), "tls-cert": str(client.cert),
+            "tls-key": str(client.key),
+        }
         url = f"tls://localhost:{nats.port}"
         with cluster_nodes(url, count=2, cluster=settings) as (a, b):
             with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
@@ -191,6 +196,15 @@ def test_tls_to_nats_with_the_cluster_ca(tmp_path: Path) -> None:
                 wait_for(lambda: a.interested("secure"), "a to know b's interest")
                 pub.mcast("secure", b"over TLS")
                 assert sub.next_event(timeout=WAIT).payload == b"over TLS"
+        # without a client certificate the server refuses: logged, never connected
+        with log_lines() as lines:
+            alone = Node(reactor_thread(), url, LISTENERS, {"tls-ca": str(pki.ca.cert_path)}, {})
+            try:
+                wait_for(lambda: any("before it was ready" in line for line in lines),
+                         "the failure to be logged")
+                assert not alone.call(lambda: alone.cluster.connected)
+            finally:
+                alone.stop()
 
 
 def test_a_large_state_crosses_in_parts_and_a_too_large_publication_is_counted(

@@ -142,3 +142,31 @@ def test_a_paused_server_never_stalls_local_delivery(engine: NatsServer) -> None
                 pub.mcast("bulk", b"resumed")
                 while (event := remote.next_event(timeout=WAIT)).payload != b"resumed":
                     pass
+
+
+def test_a_server_that_stops_answering_is_left_and_connected_to_again(
+    engine: NatsServer,
+) -> None:
+    """No FIN comes from a server that hangs (or a cut network): an unanswered PING for
+    max(3 heartbeats, connect-timeout) makes the node connect again."""
+    from tests.cluster.test_nats_engine import log_lines
+
+    settings = {"heartbeat": 0.2, "connect-timeout": 1.0}
+    with log_lines() as lines, cluster_nodes(engine.url, count=2, cluster=settings) as (a, b):
+        with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
+            sub.subscribe("t")
+            wait_for(lambda: a.interested("t"), "a to know b's interest")
+            engine.pause()
+            try:
+                wait_for(lambda: any("has not answered a PING" in line for line in lines),
+                         "the silence to be noticed")
+                wait_for(lambda: not a.call(lambda: a.cluster.connected), "a to leave NATS")
+            finally:
+                engine.resume()
+            for node in (a, b):
+                wait_for(lambda n=node: n.call(lambda: n.cluster.connected), "reconnects")
+                node.synced()
+            wait_for(lambda: a.interested("t"), "a to know b's interest again")
+            pub.mcast("t", b"after the silence")
+            assert sub.next_event(timeout=WAIT).payload == b"after the silence"
+            assert a.call(lambda: a.cluster.counters.connects) >= 2

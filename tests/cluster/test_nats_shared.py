@@ -22,6 +22,7 @@ from tests.cluster.test_redis_crossing import (  # noqa: F401 - collected here t
     test_a_pipelined_run_crosses_as_one_publication,
     test_bcast_reaches_every_node_sharing_a_topic_once,
     test_every_protocol_to_every_protocol_with_filters_on_the_receiving_node,
+    test_order_is_kept_across_topics_and_kinds_within_one_chunk,
     test_presence_snapshot_and_events_across_nodes,
     test_sbus_patterns_receive_across_nodes_and_secret_topics_stay_home,
 )
