@@ -15,10 +15,11 @@ Subjects (``P`` is ``[cluster] prefix``; topics and node names as one token each
 Nothing is stored on the server: a node keeps its own state (what it announced) and hands
 it to whoever asks; a node that (re)connects asks every node (and takes the answers that
 come within a heartbeat: a node heard later is asked on its own). Liveness is the
-heartbeat announcement each node makes on ``P.a`` every heartbeat (:meth:`beat` has nothing
-to add). One connection carries it all, so a node's SUB is in effect before the
-announcement that follows it. It reconnects with backoff (0.1 s doubling to 5 s), then
-subscribes again to every subject; the cluster announces itself and asks again.
+heartbeat announcement each node makes on ``P.a`` every heartbeat (:meth:`beat` PINGs the
+server, to notice one that hangs). One connection carries it all, so a node's SUB is in
+effect before the announcement that follows it. It reconnects with backoff (0.1 s doubling
+to 5 s), then subscribes again to every subject; the cluster announces itself and asks
+again.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.protocol import Factory
-from twisted.logger import Logger
 
 from msgbroker import ConfigError
 from msgbroker.engine import EngineContext, NodeState
@@ -40,8 +40,6 @@ from msgbroker.engine import EngineContext, NodeState
 from . import codec, statewire
 from .connection import NatsConnection, NatsError
 from .urls import NatsAddress, parse_url
-
-log = Logger(namespace="msgbroker.cluster.nats")
 
 # subscription ids: fixed ones, then one per topic listened on
 _ANNOUNCE, _OWN, _ASK_ALL, _ASK_ME, _REPLIES = 1, 2, 3, 4, 5
@@ -102,27 +100,38 @@ class NatsEngine:
         self._connecting: Deferred[Any] | None = None
         #: when the PING now unanswered was sent
         self._ping_since: float | None = None
+        self._tls_made: Any = self._tls_options() if self.address.tls else None
 
     # -- connecting ------------------------------------------------------------------------
+
+    def _tls_options(self) -> Any:
+        """The client TLS options (the ``[cluster]`` CA and certificate files read now:
+        ConfigError if they cannot be)."""
+        from twisted.internet import ssl
+
+        settings = self.context.settings
+        try:
+            trust = None
+            if settings.tls_ca:
+                with open(settings.tls_ca, "rb") as f:
+                    trust = ssl.Certificate.loadPEM(f.read())
+            client = None
+            if settings.tls_cert and settings.tls_key:
+                with open(settings.tls_cert, "rb") as f, open(settings.tls_key, "rb") as g:
+                    client = ssl.PrivateCertificate.loadPEM(f.read() + b"\n" + g.read())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"cannot read the cluster's TLS files: {e}") from None
+        return ssl.optionsForClientTLS(
+            self.address.host, trustRoot=trust, clientCertificate=client
+        )
 
     def _tls(self, required: bool) -> Any:
         """TLS options for a ``tls://`` URL, or a server that requires TLS; else None."""
         if not (self.address.tls or required):
             return None
-        from twisted.internet import ssl
-
-        settings = self.context.settings
-        trust = None
-        if settings.tls_ca:
-            with open(settings.tls_ca, "rb") as f:
-                trust = ssl.Certificate.loadPEM(f.read())
-        client = None
-        if settings.tls_cert and settings.tls_key:
-            with open(settings.tls_cert, "rb") as f, open(settings.tls_key, "rb") as g:
-                client = ssl.PrivateCertificate.loadPEM(f.read() + b"\n" + g.read())
-        return ssl.optionsForClientTLS(
-            self.address.host, trustRoot=trust, clientCertificate=client
-        )
+        if self._tls_made is None:
+            self._tls_made = self._tls_options()
+        return self._tls_made
 
     def _connect_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -227,3 +228,23 @@ def test_urls_credentials_and_what_is_logged() -> None:
     with pytest.raises(ConfigError) as bad:
         parse_url("nats://u:s3cret@h:99999", None)
     assert "s3cret" not in str(bad.value)
+
+
+def test_what_the_engine_refuses_at_start(tmp_path: Any) -> None:
+    from twisted.internet.task import Clock
+
+    from msgbroker.engine import ClusterSettings, EngineContext
+    from msgbroker.plugins.nats.engine import NatsEngine
+
+    def engine(url: str, **settings: Any) -> NatsEngine:
+        context = EngineContext(
+            "n1", url, ClusterSettings(url=url, **settings), Clock(), None, lambda k, t: None
+        )
+        return NatsEngine(context)
+
+    assert engine("nats://h", prefix="prod.msgbroker").announce_subject == b"prod.msgbroker.a"
+    for prefix in ("a b", "a.*", "a..b", "a.>"):
+        with pytest.raises(ConfigError, match="no NATS subject"):
+            engine("nats://h", prefix=prefix)
+    with pytest.raises(ConfigError, match="cannot read the cluster's TLS files"):
+        engine("tls://h", tls_ca=str(tmp_path / "missing.pem"))
