@@ -60,8 +60,12 @@ class Pair:
         return self.b.rss_kib()
 
 
-def engine_server(kind: str, directory: Path) -> tuple[subprocess.Popen, str]:
-    port = procs.free_port()
+def engine_server(
+    kind: str, directory: Path, port: int | None = None
+) -> tuple[subprocess.Popen, str]:
+    """A fresh ``nats-server`` or ``redis-server`` on loopback (on ``port``, or a free one)
+    and its URL."""
+    port = port or procs.free_port()
     if kind == "nats":
         binary = shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin")
         argv = [binary, "--addr", procs.HOST, "--port", str(port)]
@@ -73,7 +77,7 @@ def engine_server(kind: str, directory: Path) -> tuple[subprocess.Popen, str]:
         url = f"redis://{procs.HOST}:{port}"
     if binary is None:
         raise BenchError(f"no {kind} server binary")
-    proc = procs.spawn(argv, log=directory / f"{kind}.log", cpus=None)
+    proc = procs.spawn(argv, log=directory / f"{kind}-{time.monotonic_ns()}.log", cpus=None)
     procs.wait_connectable(port, proc, 30.0)
     return proc, url
 
