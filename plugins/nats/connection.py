@@ -66,6 +66,8 @@ class NatsConnection(Protocol):
         self.on_error = on_error
         self.parser = codec.Parser()
         self.info: codec.Info | None = None
+        #: the server's max_payload (from its INFO; NATS's default until then)
+        self.max_payload = 1 << 20
         self.ready = False
         #: one Deferred per PING of :meth:`ping` awaiting its PONG (None: the handshake's)
         self._pongs: deque[Deferred[None] | None] = deque()
@@ -80,10 +82,6 @@ class NatsConnection(Protocol):
         self._tls: Any = None
 
     # -- output ----------------------------------------------------------------------------
-
-    @property
-    def max_payload(self) -> int:
-        return self.info.max_payload if self.info is not None else 1 << 20
 
     def write(self, data: bytes, force: bool = False) -> bool:
         """Queue ``data`` (protocol operations). False, and nothing queued, when the
@@ -173,6 +171,7 @@ class NatsConnection(Protocol):
 
     def _info(self, info: codec.Info) -> None:
         first, self.info = self.info is None, info
+        self.max_payload = info.max_payload
         if not first:
             return  # a later INFO (cluster topology news): nothing to do
         options = self.tls(info.tls_required)

@@ -304,12 +304,15 @@ class NatsEngine:
             self._write(codec.unsub(found[1]), force=True)
 
     def publish(self, topic: str, data: bytes) -> bool:
+        conn = self.conn
+        if conn is None or not self.ready:
+            return False
         subject = self._subjects.get(topic)
         if subject is None:
             if len(self._subjects) >= 65_536:
                 self._subjects.clear()
             subject = self._subjects[topic] = self._topic_prefix + codec.topic_token(topic)
-        return self._fits(data, "publication") and self._write(codec.pub(subject, data))
+        return self._fits(data, "publication") and conn.write(codec.pub(subject, data))
 
     def send(self, node: str, data: bytes) -> bool:
         subject = self._node_prefix + codec.topic_token(node)
