@@ -181,9 +181,26 @@ class EngineServer:
         self.start()
 
     def pause(self) -> None:
-        """SIGSTOP: connections stay open but nothing is answered, until :meth:`resume`."""
+        """SIGSTOP: connections stay open but nothing is answered, until :meth:`resume`.
+        Returns once every thread of the server has stopped (a signal is delivered
+        asynchronously: a thread on the other core could still answer for a moment)."""
         self._signal(signal.SIGSTOP)
         self.paused = True
+        deadline = time.monotonic() + WAIT
+        while not self._all_threads_stopped():
+            if time.monotonic() > deadline:
+                raise ServerFailed(f"{self.name} did not stop on SIGSTOP")
+            time.sleep(_POLL)
+
+    def _all_threads_stopped(self) -> bool:
+        for stat in Path(f"/proc/{self.pid}/task").glob("*/stat"):
+            try:
+                text = stat.read_text()
+            except FileNotFoundError:  # a thread that just ended
+                continue
+            if text[text.rindex(")") + 2] not in "Tt":
+                return False
+        return True
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
