@@ -112,6 +112,10 @@ class Cluster:
         self._ticks = 0
         self._stopping = False
         self.engine: Engine
+        #: the engine's announcements reach every node in one order (EngineSpec.ordered)
+        self.ordered = True
+        #: why MM2 queue subscriptions are refused on this engine ('': they are not)
+        self.no_queue_groups = ""
 
     @classmethod
     def join(
@@ -126,6 +130,8 @@ class Cluster:
         if engine is None:
             return None
         cluster.engine = engine
+        cluster.ordered = spec.ordered
+        cluster.no_queue_groups = spec.no_queue_groups
         return cluster
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -479,7 +485,7 @@ class Cluster:
 
     def _handle(self, node: RemoteNode, op: str, changes: Any) -> None:
         if op == wire.CHANGES:
-            self._apply_events(self.view.apply(node, changes), announced=True)
+            self._apply_events(self.view.apply(node, changes), announced=True, claimant=node.name)
         elif op == wire.JOIN:
             node.syncing = True
             self._read_node(node)
@@ -519,7 +525,7 @@ class Cluster:
                         self._claims.pop(what[1], None)
 
     def _apply_events(
-        self, result: tuple[list[MemberEvent], list[str]], announced: bool
+        self, result: tuple[list[MemberEvent], list[str]], announced: bool, claimant: str = ""
     ) -> None:
         events, claims = result
         hub = self.hub
@@ -531,12 +537,23 @@ class Cluster:
         if announced:
             for identity in claims:
                 # a later claim than ours (or ours is long announced): the local holder goes
-                if identity in hub.identities and not self._claims.get(identity):
+                if identity in hub.identities and self._gives_way(identity, claimant):
                     hub.kick(identity, "identity logged in on another node")
         if self._view_generation != self.view.generation:
             # who receives what changed: what protocols cached of the routes is stale
             self._view_generation = self.view.generation
             hub.generation += 1
+
+    def _gives_way(self, identity: str, claimant: str) -> bool:
+        """Whether the local holder of ``identity`` goes for ``claimant``'s claim: yes,
+        unless our own claim is not yet announced back — then, on an engine whose
+        announcements reach every node in one order, the other claim came first and ours
+        wins. Without that order (NATS: only each node's own announcements keep theirs)
+        both nodes may see the other's claim first: the greater node name wins, so one
+        holder stays (at worst both go, never both stay)."""
+        if not self._claims.get(identity):
+            return True
+        return not self.ordered and claimant > self.node
 
     def _gone(self, name: str, why: str) -> None:
         node, events = self.view.drop(name)

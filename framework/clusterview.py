@@ -166,3 +166,8 @@ class RemoteView:
             self.patterns.remove(node, what[1])
         elif self.identities.get(what[1]) == node:
             del self.identities[what[1]]
+            # another node may hold it too (claims crossing on an unordered engine)
+            for other in self.nodes.values():
+                if other.name != node and key in other.fields:
+                    self.identities[what[1]] = other.name
+                    break

@@ -53,7 +53,10 @@ def _ext(code: int, data: bytes) -> Any:
     raise WireError(f"unknown extension type {code}")
 
 
-_packer = msgpack.Packer(default=_default, use_bin_type=True)
+#: topics may hold lone surrogates (sbus keys that are not UTF-8, decoded with
+#: surrogateescape): they cross as such, not as an error
+_TEXT_ERRORS = "surrogatepass"
+_packer = msgpack.Packer(default=_default, use_bin_type=True, unicode_errors=_TEXT_ERRORS)
 
 
 def pack(value: Any) -> bytes:
@@ -72,7 +75,11 @@ def body(op: str, items: Any = None) -> bytes:
 def decode(data: bytes) -> tuple[str, str, str, Any]:
     """``(node, epoch, op, items)``; :class:`WireError` for anything else."""
     unpacker = msgpack.Unpacker(
-        raw=False, ext_hook=_ext, strict_map_key=False, max_buffer_size=len(data) + 1
+        raw=False,
+        unicode_errors=_TEXT_ERRORS,
+        ext_hook=_ext,
+        strict_map_key=False,
+        max_buffer_size=len(data) + 1,
     )
     try:
         unpacker.feed(data)
@@ -195,7 +202,7 @@ def read_field(field: bytes) -> tuple[str, ...] | None:
     """``("m", topic, identity)``, ``("p", pattern)``, ``("i", identity)``, or ``None`` for
     a field of another kind (kept, ignored)."""
     try:
-        value = msgpack.unpackb(field, raw=False)
+        value = msgpack.unpackb(field, raw=False, unicode_errors=_TEXT_ERRORS)
     except Exception:
         return None
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
@@ -209,7 +216,7 @@ def read_field(field: bytes) -> tuple[str, ...] | None:
 
 def read_member_value(value: bytes) -> tuple[str, bool]:
     try:
-        protocol, presence = msgpack.unpackb(value, raw=False)
+        protocol, presence = msgpack.unpackb(value, raw=False, unicode_errors=_TEXT_ERRORS)
     except Exception:
         return "?", False
     return (protocol if isinstance(protocol, str) else "?"), bool(presence)

@@ -220,9 +220,17 @@ class EngineContext:
 @frozen
 class EngineSpec:
     """An engine, as a plugin registers it (``msgbroker_register_engines``): its name, the
-    URL schemes that pick it, and ``build(context) -> Engine | None``."""
+    URL schemes that pick it, and ``build(context) -> Engine | None``.
+
+    ``ordered``: every node sees all nodes' announcements in one order (Redis pub/sub on
+    one server); False when only each node's own announcements keep their order (NATS),
+    so that two nodes claiming one identity at once settle it by node name instead.
+    ``no_queue_groups``: why this engine cannot carry MM2 queue groups across nodes; a
+    queue subscription on such a node is then refused with this text ('': accepted)."""
 
     name: str
     schemes: tuple[str, ...]
     build: Callable[[EngineContext], Engine | None]
     description: str = ""
+    ordered: bool = True
+    no_queue_groups: str = ""

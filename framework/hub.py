@@ -156,6 +156,8 @@ class Hub:
             # secret topics (sbus ``!/cred/<gid>/<uid>/<pid>/...``) go only to the sbus
             # patterns of subscribers with those credentials (DECISIONS.md)
             raise NotAllowed("secret topics are for sbus subscribers with those credentials")
+        if queue is not None and self.cluster is not None and self.cluster.no_queue_groups:
+            raise NotAllowed(self.cluster.no_queue_groups)
         self._check_subscriptions(peer)
         topic = self.topics.get(topic_name)
         if topic is None:

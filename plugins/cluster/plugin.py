@@ -29,7 +29,8 @@ SECTION = ConfigSection(
         Option(
             "url",
             "str",
-            "Join the cluster at this engine URL: redis://HOST:PORT[/DB], rediss:// (TLS).",
+            "Join the cluster at this engine URL: redis://HOST:PORT[/DB], rediss:// (TLS), "
+            "nats://HOST:PORT, tls:// (TLS).",
             flag="cluster",
         ),
         Option("heartbeat", "float", "Seconds between a node's heartbeats [1]."),

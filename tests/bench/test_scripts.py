@@ -1,6 +1,6 @@
-"""The issue-14 bench scripts run end to end, small, against a real broker each starts:
-their figures are what a closing note quotes, so a change that breaks one (a broker option,
-a log line they read) fails here, not on the day they are run."""
+"""The issue-14 and issue-15 bench scripts run end to end, small, against a real broker
+each starts: their figures are what a closing note quotes, so a change that breaks one (a
+broker option, a log line they read) fails here, not on the day they are run."""
 
 from __future__ import annotations
 
@@ -119,3 +119,17 @@ def test_the_many_publishers_check_finds_what_is_missing_doubled_or_out_of_order
                   for k, (p, j) in enumerate((p, j) for p in range(n)
                                              for j in range((0 - p) % n, per, n))]
     assert check(0, bytearray(b"".join(renumbered))) is None
+def test_cluster_cross_node_runs_both_setups_and_checks_every_byte():
+    out = run(
+        "cluster_cross.py", "--engines", "nats", "--messages", "3000", "--repeat", "1",
+        "--topics", "4", "--quiet-wait", "0", "--no-pin",
+    )
+    rows = dict(re.findall(r"^(single|nats)\s+([\d,]+)\s", out, re.MULTILINE))
+    assert set(rows) == {"single", "nats"}, out
+
+
+def test_cluster_faults_times_a_kill_and_a_restart():
+    out = run("cluster_faults.py", "--engine", "nats", "--heartbeat", "0.3", "--repeat", "1")
+    found = re.search(r"kill -9 -> UNSUBSCRIBE median ([\d.]+) s", out)
+    assert found, out  # the figure itself is the bench's to report, not a test's to time
+    assert "restart -> delivery median" in out

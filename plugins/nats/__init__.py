@@ -1,0 +1,1 @@
+"""The NATS engine (``--cluster nats://HOST:PORT``; see docs/cluster.md)."""
