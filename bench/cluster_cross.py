@@ -59,6 +59,12 @@ class Pair:
     def rss_kib(self) -> int:
         return self.b.rss_kib()
 
+    def sched_ns(self) -> tuple[int, int]:
+        """Both nodes' time on a core and waiting for one (their busy shares add up: the
+        pair's "server busy" can reach 2 cores)."""
+        (run_a, wait_a), (run_b, wait_b) = self.a.sched_ns(), self.b.sched_ns()
+        return run_a + run_b, wait_a + wait_b
+
 
 def engine_server(
     kind: str, directory: Path, port: int | None = None
@@ -161,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                 found[setup].append(rate)
                 cpu[setup].append(result["server_cpu_per_delivery_us"])
                 print(f"  {setup:8} run {rep + 1}: {rate:12,.0f} msgs/s, brokers' CPU "
-                      f"{result['server_cpu_per_delivery_us']:.2f} µs/msg "
+                      f"{result['server_cpu_per_delivery_us']:.2f} µs/msg, busy "
+                      f"{result.get('server_busy', 0.0):.2f} cores "
                       f"(background {load:.2f} cores)", flush=True)
     base = statistics.median(found["single"])
     print(f"{'setup':8} {'msgs/s':>12} {'vs single':>10} {'brokers µs/msg':>15}")
