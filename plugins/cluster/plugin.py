@@ -9,6 +9,8 @@ figures for ``/metrics``.
     heartbeat = 1.0                    # --cluster-heartbeat
     node-timeout = 0                   # --cluster-node-timeout (0: 1.5 heartbeats)
     password-file = "/etc/msgbroker/redis-password"
+    queue-redeliver-after = 30         # MM2 queue groups across nodes (Redis streams)
+    durable-queues = ["billing"]
 """
 
 from __future__ import annotations
@@ -42,6 +44,17 @@ SECTION = ConfigSection(
         Option("tls-ca", "str", "CA certificate(s) (PEM) the engine's certificate must chain to."),
         Option("tls-cert", "str", "Client certificate (PEM) for the engine, if it asks."),
         Option("tls-key", "str", "Client private key (PEM) for the engine."),
+        Option(
+            "queue-redeliver-after",
+            "float",
+            "Seconds before a queue message a member or node took unacked goes to another [30].",
+        ),
+        Option("queue-max-length", "count", "Messages a queue group's stream holds [100000]."),
+        Option(
+            "durable-queues",
+            "list",
+            "Queue groups (names; * for all) whose messages outlive members and nodes.",
+        ),
     ),
     help="join a cluster of brokers (docs/cluster.md)",
 )

@@ -1,0 +1,531 @@
+"""Queue groups across the nodes of a cluster (Micromessage2's ``queue``), on an engine with a
+:class:`~msgbroker.engine.QueueStore` (Redis: a stream and its consumer group per group).
+
+A message published on any node reaches **one member of each group in the whole cluster**:
+
+- **publishing**: the publishing node adds each MCAST once to the store of every group the
+  topic has anywhere (its own groups, those of the other nodes' state, the durable ones it
+  knows), collected during the received chunk and written with the cluster's flush: one
+  engine write per chunk. A group's own node never hands a published message to its
+  members directly: what arrives from other nodes' publications is not for the group
+  either (:meth:`StreamGroup.offer` declines it).
+- **reading**: a node with members reads from the store what no node took yet, as many as
+  its members have room for (their ack windows), when the store says entries were added;
+  each entry goes to one local member through the ordinary queue path (round-robin, the
+  member's filters, its window). The store's entry stays *held* by the node until the
+  member acknowledges it (``ack``/``batch-ack``: the store's acknowledgement; a member
+  without an ack window: acknowledged when sent).
+- **redelivery**: the node renews what it holds every third of ``queue-redeliver-after``.
+  What a member took and never acknowledged goes to another member of the same node at
+  once when it leaves (as on one node); what no member of the node can take is given back:
+  no longer renewed, so any node with room claims it ``queue-redeliver-after`` later. A
+  node that dies renews nothing: its messages are claimed the same way.
+- **filters** apply on the node that read the message: a message none of that node's
+  members takes (their filters) is acknowledged unseen and counted (``filtered``), as one
+  node's group does not take a message no member's filters match.
+- **engine away**: a message published meanwhile goes to the local members of its groups,
+  as on one node, or is dropped and counted when the node has none.
+
+:class:`ClusterQueues` is the node's part (made by :class:`~msgbroker.cluster.Cluster` when
+its engine has a store); :class:`StreamGroup` is one group's local members, a
+:class:`~msgbroker.queues.QueueGroup` the hub routes to as to any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from attrs import asdict, define, field
+
+from . import clusterwire as wire
+from .engine import QueueEntry, QueueKey, QueueStore
+from .message import Message, MessageRun
+from .queues import QueueGroup, _deliver_to
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+#: what a member without an ack window counts for when a node reads for its members
+UNBOUNDED_ROOM = 100
+#: at most this many entries per read
+MAX_READ = 1000
+
+
+@define
+class QueueCounters:
+    """What the node's queue groups did, counted per message (plain ints, for metrics)."""
+
+    #: messages this node added to a group's store
+    added: int = 0
+    #: messages handed to local members without the store (the engine was away)
+    local: int = 0
+    #: messages that could not be added (engine away or its buffer full)
+    dropped: int = 0
+    #: entries read from a store, and taken over after ``queue-redeliver-after``
+    taken: int = 0
+    claimed: int = 0
+    #: entries acknowledged (members' acks), acknowledged unseen (no local member's filters
+    #: match), given back (no local member left to take them), malformed (skipped, acked)
+    acked: int = 0
+    filtered: int = 0
+    released: int = 0
+    skipped: int = 0
+
+
+@define(eq=False)
+class StreamGroup(QueueGroup):
+    """One queue group of the cluster: this node's members in it (see the module
+    docstring). ``held`` is every entry this node holds: sent to a member and not
+    acknowledged, or waiting in the backlog for a member with room."""
+
+    manager: ClusterQueues = field(kw_only=True)
+    durable: bool = field(default=False, kw_only=True)
+    #: id(message) -> (message, its entry id), and the entry ids held
+    held: dict[int, tuple[Message, bytes]] = field(factory=dict, kw_only=True)
+    entry_ids: set[bytes] = field(factory=set, kw_only=True)
+    #: entries to acknowledge and to give back, with the next flush
+    acks: list[bytes] = field(factory=list, kw_only=True)
+    releases: list[bytes] = field(factory=list, kw_only=True)
+    #: a read or claim is on its way; entries may be waiting (woken since the last read)
+    reading: bool = field(default=False, kw_only=True)
+    claiming: bool = field(default=False, kw_only=True)
+    more: bool = field(default=True, kw_only=True)
+    #: no local member any more (a new subscription makes a new group)
+    closed: bool = field(default=False, kw_only=True)
+
+    tracks_acks = True
+
+    @property
+    def key(self) -> QueueKey:
+        return self.topic, self.name
+
+    # -- from the hub ----------------------------------------------------------------------
+
+    def offer(self, message: Message, sender: Any = None) -> int:
+        """A message routed on this node: it reached the group's store from its publishing
+        node (:meth:`ClusterQueues.publish`), so it is not for the members from here —
+        unless the engine is away: then the local members share it, as on one node."""
+        if self.manager.connected:
+            return 0
+        self.manager.counters.local += 1
+        return super().offer(message, sender)
+
+    def add(self, peer: Any, filters: tuple[Any, ...] = ()) -> int:
+        delivered = super().add(peer, filters)
+        self.manager.members_changed(self)
+        self.want()
+        return delivered
+
+    def remove(self, peer: Any) -> None:
+        super().remove(peer)
+        self.manager.members_changed(self)
+        if self.members:
+            self.drain()  # what waited for the member that left goes to the others
+        else:
+            self.closed = True
+            self.manager.group_closed(self)
+
+    def drain(self) -> int:
+        delivered = super().drain()
+        self.want()
+        return delivered
+
+    def acked(self, message: Message) -> None:
+        entry = self.held.pop(id(message), None)
+        if entry is not None:
+            self.entry_ids.discard(entry[1])
+            self.acks.append(entry[1])
+            self.manager.counters.acked += 1
+            self.manager.changed(self)
+
+    def _let_go(self, messages: list[Message], unmatched: bool) -> None:
+        """Entries no local member takes: acknowledged unseen when the remaining members'
+        filters do not match them (counted ``filtered``); given back when nobody is left
+        (another node claims them later). A message handed over while the engine was away
+        is not an entry: dropped, as on one node."""
+        counters = self.manager.counters
+        for message in messages:
+            entry = self.held.pop(id(message), None)
+            if entry is None:
+                self._dropped(1)
+                continue
+            entry_id = entry[1]
+            self.entry_ids.discard(entry_id)
+            if unmatched and self.members:
+                self.acks.append(entry_id)
+                counters.filtered += 1
+            else:
+                self.releases.append(entry_id)
+                counters.released += 1
+        self.manager.changed(self)
+
+    # -- from the store --------------------------------------------------------------------
+
+    def credit(self) -> int:
+        """How many entries to read for the members: their room, less what waits."""
+        total = 0
+        for peer in self.members:
+            room = getattr(peer, "room", None)
+            count = room() if room is not None else None
+            total += UNBOUNDED_ROOM if count is None else count
+        return min(total, MAX_READ) - len(self.backlog)
+
+    def woken(self) -> None:
+        self.more = True
+        self.want()
+
+    def want(self) -> None:
+        """Read what no node took yet, when there may be some and the members have room."""
+        if self.closed or self.reading or not self.more:
+            return
+        manager = self.manager
+        if not manager.connected:
+            return
+        credit = self.credit()
+        if credit <= 0:
+            return
+        self.reading = True
+        self.more = False
+        d = manager.store.read(self.key, credit)
+        manager.changed(None)
+        d.addCallbacks(self._read, self._failed, callbackArgs=(credit,), errbackArgs=("read",))
+
+    def _read(self, entries: list[QueueEntry], asked: int) -> None:
+        self.reading = False
+        self.take(entries, claimed=False)
+        if len(entries) >= asked:
+            self.more = True
+        self.want()
+
+    def claim(self) -> None:
+        """Take over what other nodes (or members) left unrenewed for
+        ``queue-redeliver-after``, as much as the members have room for."""
+        if self.closed or self.claiming or not self.manager.connected:
+            return
+        credit = self.credit()
+        if credit <= 0:
+            return
+        self.claiming = True
+        d = self.manager.store.claim(self.key, credit)
+        self.manager.changed(None)
+        d.addCallbacks(self._claimed, self._failed, errbackArgs=("claim",))
+
+    def _claimed(self, entries: list[QueueEntry]) -> None:
+        self.claiming = False
+        self.take(entries, claimed=True)
+
+    def _failed(self, failure: Any, what: str) -> None:
+        if what == "read":
+            self.reading = False
+            self.more = True  # read again once connected
+        else:
+            self.claiming = False
+        if self.manager.connected:  # else the cluster says the engine is away
+            self.manager.trouble(what, f"could not {what}: {failure.getErrorMessage()}")
+
+    def take(self, entries: Iterable[QueueEntry], claimed: bool) -> None:
+        """Entries this node now holds: each to one member (or the backlog); given back at
+        once when no member is left, acknowledged when none takes it."""
+        manager = self.manager
+        counters = manager.counters
+        lookup = manager.hub.identities.get
+        delivered = 0
+        for entry_id, data in entries:
+            if entry_id in self.entry_ids:
+                continue  # held already (a claim of our own, after a stall)
+            if claimed:
+                counters.claimed += 1
+            else:
+                counters.taken += 1
+            try:
+                message = wire.read_entry(data)
+            except wire.WireError as e:
+                counters.skipped += 1
+                self.acks.append(entry_id)
+                manager.trouble("entry", f"skipped a malformed entry ({e})")
+                continue
+            if self.closed:
+                self.releases.append(entry_id)
+                counters.released += 1
+                continue
+            self.held[id(message)] = (message, entry_id)
+            self.entry_ids.add(entry_id)
+            # a member never gets its own message back, as on one node
+            sender = lookup(message.sender)
+            peer = self._pick(message, sender)
+            if peer is not None:
+                _deliver_to(peer, message, self)
+                delivered += 1
+            elif self._matching(message, sender):
+                self._keep(message)
+            else:
+                self._let_go([message], unmatched=True)
+        manager.hub.stats.delivered += delivered
+        manager.changed(self)
+
+
+class ClusterQueues:
+    """This node's queue groups across the cluster (see the module docstring)."""
+
+    def __init__(self, cluster: Cluster, store: QueueStore) -> None:
+        self.cluster = cluster
+        self.store = store
+        self.hub = cluster.hub
+        self.settings = cluster.settings
+        self.counters = QueueCounters()
+        #: this node's groups (those with local members)
+        self.groups: dict[QueueKey, StreamGroup] = {}
+        #: groups holding entries (closed ones too, until their members acknowledge)
+        self.leases: dict[StreamGroup, None] = {}
+        #: durable groups known (opened anywhere): topic -> group names
+        self.durables: dict[str, set[str]] = {}
+        #: messages to add, by group, with the next flush
+        self._adds: dict[QueueKey, list[bytes]] = {}
+        self._changed: dict[StreamGroup, None] = {}
+        #: topic -> its groups anywhere, until the view or the local groups change
+        self._targets: dict[str, tuple[QueueKey, ...]] = {}
+        self._targets_key: tuple[int, int] = (-1, -1)
+        self._generation = 0
+        #: groups known to have members somewhere, last time it was looked at
+        self._known: set[QueueKey] = set()
+        self._view_generation = -1
+        self._timer: Any = None
+        self._last_touch = 0.0
+
+    @property
+    def connected(self) -> bool:
+        return self.cluster.connected
+
+    def durable(self, name: str) -> bool:
+        return self.settings.durable(name)
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._schedule()
+
+    def stop(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+    def _schedule(self) -> None:
+        period = self.settings.queue_redeliver_after / 4
+        self._timer = self.cluster.reactor.callLater(period, self._tick)
+
+    def _tick(self) -> None:
+        """Every quarter of ``queue-redeliver-after``: renew what is held (every third),
+        claim what others left, read what a lost wake-up may have left, keep the stores."""
+        if self.connected:
+            now = self.cluster.reactor.seconds()
+            if now - self._last_touch >= self.settings.queue_redeliver_after / 3 - 1e-3:
+                self._last_touch = now
+                for group in list(self.leases):
+                    if group.held:
+                        self.store.touch(group.key, list(group.entry_ids))
+                    else:
+                        del self.leases[group]
+            for group in list(self.groups.values()):
+                self.store.keep(group.key, group.durable)
+                group.more = True
+                group.want()
+                group.claim()
+            self.cluster._mark()
+        self._schedule()
+
+    def engine_connected(self) -> None:
+        """(Re)connected: the store's groups are made again by the engine; read them all,
+        and learn the durable groups."""
+        self.store.durables().addCallbacks(self._durables_read, self._durables_failed)
+        for group in list(self.groups.values()):
+            group.more = True
+            group.want()
+
+    def _durables_read(self, keys: list[QueueKey]) -> None:
+        for topic, name in keys:
+            if self.durable(name):
+                self._durable(topic, name)
+
+    def _durables_failed(self, failure: Any) -> None:
+        self.trouble("durables", failure.getErrorMessage())
+
+    def _durable(self, topic: str, name: str) -> None:
+        names = self.durables.setdefault(topic, set())
+        if name not in names:
+            names.add(name)
+            self._generation += 1
+
+    # -- groups ----------------------------------------------------------------------------
+
+    def group(
+        self, topic: str, name: str, limit: int, on_drop: Any, on_deliver: Any
+    ) -> StreamGroup:
+        """A new group of this node (its first local member is joining)."""
+        key = (topic, name)
+        durable = self.durable(name)
+        group = StreamGroup(
+            topic, name, limit=limit, on_drop=on_drop, on_deliver=on_deliver,
+            manager=self, durable=durable,
+        )  # fmt: skip
+        old = self.groups.get(key)
+        if old is not None:
+            old.closed = True
+        self.groups[key] = group
+        self._known.add(key)
+        self.store.open(key, durable, lambda: self._woken(key))
+        if durable:
+            self._durable(topic, name)
+        self._generation += 1
+        self.cluster._mark()
+        return group
+
+    def _woken(self, key: QueueKey) -> None:
+        group = self.groups.get(key)
+        if group is not None:
+            group.woken()
+
+    def members_changed(self, group: StreamGroup) -> None:
+        """The group's local members changed: this node's state says how many there are."""
+        count = len(group.members)
+        self.cluster._change(
+            wire.queue_field(group.topic, group.name), wire.pack(count) if count else None
+        )
+
+    def group_closed(self, group: StreamGroup) -> None:
+        key = group.key
+        if self.groups.get(key) is group:
+            del self.groups[key]
+            self.store.close(key)
+            self._generation += 1
+            self._forget_vanished()
+
+    def local_state(self) -> dict[bytes, bytes]:
+        """This node's queue fields (its whole state is stored again after a reconnect)."""
+        return {
+            wire.queue_field(topic, name): wire.pack(len(group.members))
+            for (topic, name), group in self.groups.items()
+            if group.members
+        }
+
+    def view_changed(self) -> None:
+        """The other nodes' state changed: a group without members anywhere any more, and
+        not durable, is deleted with what it holds."""
+        view = self.cluster.view
+        if view.queue_generation != self._view_generation:
+            self._view_generation = view.queue_generation
+            self._forget_vanished()
+
+    def _forget_vanished(self) -> None:
+        known = set(self.groups)
+        for topic, groups in self.cluster.view.queues.items():
+            known.update((topic, name) for name in groups)
+        gone = {key for key in self._known - known if not self.durable(key[1])}
+        self._known = known
+        if not gone:
+            return
+        for key in gone:
+            self.store.remove(key)
+        for group in list(self.leases):  # what they held went with them
+            if group.key in gone:
+                group.held.clear()
+                group.entry_ids.clear()
+                group.acks.clear()
+                group.releases.clear()
+                del self.leases[group]
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def targets(self, topic: str) -> tuple[QueueKey, ...]:
+        """The groups ``topic`` has anywhere in the cluster (those of durable groups too)."""
+        view = self.cluster.view
+        stamp = (view.queue_generation, self._generation)
+        if stamp != self._targets_key:
+            self._targets.clear()
+            self._targets_key = stamp
+        found = self._targets.get(topic)
+        if found is None:
+            names: set[str] = set(view.queues.get(topic, ()))
+            names.update(self.durables.get(topic, ()))
+            local = self.hub.topics.get(topic)
+            if local is not None and local.queues:
+                names.update(local.queues)
+            found = tuple((topic, name) for name in sorted(names))
+            if len(self._targets) >= 65_536:
+                self._targets.clear()
+            self._targets[topic] = found
+        return found
+
+    def publish(self, message: Message) -> None:
+        """An MCAST published on this node: into every group of its topic."""
+        if self.groups or self.durables or self.cluster.view.queues:
+            targets = self.targets(message.topic)  # type: ignore[arg-type]
+            if targets:
+                self._add(targets, [wire.entry(message)])
+
+    def publish_run(self, run: MessageRun) -> None:
+        if self.groups or self.durables or self.cluster.view.queues:
+            targets = self.targets(run.topic)
+            if targets:
+                self._add(targets, wire.run_entries(run))
+
+    def _add(self, targets: tuple[QueueKey, ...], entries: list[bytes]) -> None:
+        if not self.connected:
+            # the local groups share them meanwhile (StreamGroup.offer); the others lose them
+            lost = sum(len(entries) for key in targets if key not in self.groups)
+            if lost:
+                self.counters.dropped += lost
+                self.trouble("dropped", f"queue messages could not be stored ({lost} now)")
+            return
+        adds = self._adds
+        for key in targets:
+            waiting = adds.get(key)
+            if waiting is None:
+                adds[key] = list(entries)
+            else:
+                waiting.extend(entries)
+        self.cluster._mark()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def changed(self, group: StreamGroup | None) -> None:
+        """``group`` has acks or releases to write (None: a command is waiting); the next
+        flush writes them."""
+        if group is not None:
+            self._changed[group] = None
+            if group.held:
+                self.leases[group] = None
+        self.cluster._mark()
+
+    def flush(self) -> None:
+        """Write what was collected (the cluster's flush calls this before the engine's)."""
+        store, counters = self.store, self.counters
+        if self._adds:
+            adds, self._adds = self._adds, {}
+            for key, entries in adds.items():
+                if store.add(key, entries):
+                    counters.added += len(entries)
+                else:
+                    counters.dropped += len(entries)
+                    self.trouble("dropped", "queue messages could not be stored")
+        if self._changed:
+            changed, self._changed = self._changed, {}
+            for group in changed:
+                if group.acks:
+                    acks, group.acks = group.acks, []
+                    store.ack(group.key, acks)
+                if group.releases:
+                    releases, group.releases = group.releases, []
+                    store.touch(group.key, releases)  # from now on, nobody renews them
+
+    # -- troubles and figures --------------------------------------------------------------
+
+    def trouble(self, key: str, text: str) -> None:
+        self.cluster._log_trouble(f"queue {key}", f"cluster queues: {text}")
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            **asdict(self.counters),
+            "groups": len(self.groups),
+            "held": sum(len(group.held) for group in self.leases),
+        }
