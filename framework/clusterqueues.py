@@ -410,16 +410,21 @@ class ClusterQueues:
 
     def view_changed(self) -> None:
         """The other nodes' state changed: a group without members anywhere any more, and
-        not durable, is deleted with what it holds."""
+        not durable, is deleted with what it holds; a durable one is remembered."""
         view = self.cluster.view
         if view.queue_generation != self._view_generation:
             self._view_generation = view.queue_generation
             self._forget_vanished()
 
     def _forget_vanished(self) -> None:
+        """Delete the groups that no node has members in any more (not durable ones:
+        those are remembered, and keep taking messages)."""
         known = set(self.groups)
         for topic, groups in self.cluster.view.queues.items():
             known.update((topic, name) for name in groups)
+        for topic, name in known - self._known:
+            if self.durable(name):
+                self._durable(topic, name)
         gone = {key for key in self._known - known if not self.durable(key[1])}
         self._known = known
         if not gone:

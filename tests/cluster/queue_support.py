@@ -55,32 +55,41 @@ class Tally:
 
 
 class Member:
-    """One queue group member: a Twisted MM2 client on ``node`` (batch-ack window
-    ``window``; ``auto_ack=False``: the test acknowledges with :meth:`ack_all`)."""
+    """One queue group member: a Twisted MM2 client on ``node`` (its ``mm2`` listener, or
+    ``address``) with ``batch-ack`` window ``window`` (``ack``: the ``ack`` extension, a
+    window of 1); ``auto_ack=False``: the test acknowledges with :meth:`ack_all`."""
 
     def __init__(self, node: Node, identity: str, tally: Tally, *, window: int = 10,
-                 auto_ack: bool = True, filters: tuple[str, ...] = (),
-                 topic: str = TOPIC, group: str = GROUP) -> None:
+                 ack: bool = False, auto_ack: bool = True, filters: tuple[str, ...] = (),
+                 topic: str = TOPIC, group: str = GROUP,
+                 address: tuple[str, int] | None = None) -> None:
         self.node = node
         self.identity = identity
         self.tally = tally
         self.held: list[Any] = []  # received, not acknowledged yet (auto_ack=False)
-        host, port = node.address("mm2")
+        #: when each message arrived (the reactor's clock): payload -> seconds
+        self.arrived: dict[bytes, float] = {}
+        host, port = address or node.address("mm2")
         self._barrier: defer.Deferred[None] | None = None
+        reactor = node.thread.reactor
 
         def on_message(message: Any) -> None:
             if message.destination.startswith("@"):  # the barrier to itself
+                if not auto_ack:
+                    self.proto.ack(message)  # it takes room in the window too
                 if self._barrier is not None:
                     d, self._barrier = self._barrier, None
                     d.callback(None)
                 return
+            self.arrived[message.payload] = reactor.seconds()
             tally.record(identity, message.payload)
             if not auto_ack:
                 self.held.append(message)
 
+        window_extension = "ack" if ack else f"batch-ack:max-count={window}"
         self.proto = node.call(
-            connect, node.thread.reactor, host, port, identity=identity,
-            required=("pubsub", f"batch-ack:max-count={window}"), optional=(),
+            connect, reactor, host, port, identity=identity,
+            required=("pubsub", window_extension), optional=(),
             on_message=on_message, auto_ack=auto_ack,
         )  # fmt: skip
         self.subscribe(topic, group, filters)
@@ -107,7 +116,7 @@ class Member:
 
     def drop(self) -> None:
         """The connection is cut (no goodbye): what it held unacknowledged is abandoned."""
-        self.node.call(lambda: self.proto.transport.abortConnection())
+        self.node.call(self.proto.transport.abortConnection)
 
     def close(self) -> None:
         def close() -> Any:
