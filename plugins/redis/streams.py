@@ -8,7 +8,9 @@ queue groups across nodes on Redis Streams.
 - ``PREFIX:qw:LEN:GROUP:TOPIC`` is the group's wake-up channel: a publishing node
   publishes an empty message there after the entries it added (one per write), and the
   nodes with members, subscribed, read.
-- ``PREFIX:durable`` is the set of durable groups any node opened (read at connect).
+- ``PREFIX:durable`` is the set of durable groups any node opened, as ``LEN:GROUP:TOPIC``
+  (read at connect: nodes publish to them without members). Removing a durable group is
+  the operator's: ``SREM`` it there and ``DEL`` its stream.
 
 Publishing is ``XADD ... NOMKSTREAM MAXLEN ~ queue-max-length``: only a node with members
 makes a stream (``XGROUP CREATE ... MKSTREAM``), so a message for a group deleted
@@ -27,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import msgpack  # type: ignore[import-untyped]
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 
@@ -85,9 +86,7 @@ class RedisStreams:
         self._cursors: dict[bytes, bytes] = {}
 
     def _names(self, key: QueueKey) -> tuple[bytes, bytes]:
-        topic, group = key
-        name = _b(group)
-        suffix = b"%d:%s:%s" % (len(name), name, _b(topic))
+        suffix = _suffix(key)
         return self._stream_prefix + suffix, self.wake_prefix + suffix
 
     # -- the engine's side -----------------------------------------------------------------
@@ -111,7 +110,9 @@ class RedisStreams:
         d = conn.command(b"XGROUP", b"CREATE", stream, _b(key[1]), b"0", b"MKSTREAM")
         d.addErrback(self._ignore, b"BUSYGROUP")  # made already
         if durable:
-            self.engine._send([(b"SADD", self.durables_key, msgpack.packb(list(key)))], True)
+            self.engine._send([(b"SADD", self.durables_key, _suffix(key))], True)
+        else:  # until the first keep(): it goes even if every node dies before
+            self.engine._send([(b"PEXPIRE", stream, self.ttl_ms)], True)
 
     def _ignore(self, failure: Any, expected: bytes) -> None:
         failure.trap(RedisError)
@@ -259,17 +260,25 @@ def _entries(entries: Any) -> list[QueueEntry]:
     return found
 
 
+def _suffix(key: QueueKey) -> bytes:
+    """``LEN:GROUP:TOPIC``: a group's part of its key names (LEN tells the names apart)."""
+    topic, group = key
+    name = _b(group)
+    return b"%d:%s:%s" % (len(name), name, _b(topic))
+
+
+def _read_suffix(suffix: bytes) -> QueueKey | None:
+    length, sep, rest = suffix.partition(b":")
+    if not sep or not length.isdigit():
+        return None
+    size = int(length)
+    group, colon, topic = rest[:size], rest[size : size + 1], rest[size + 1 :]
+    if len(group) != size or colon != b":":
+        return None
+    return topic.decode("utf-8", "surrogateescape"), group.decode("utf-8", "surrogateescape")
+
+
 def _durable_keys(members: Any) -> list[QueueKey]:
-    keys: list[QueueKey] = []
-    for member in members or ():
-        try:
-            value = msgpack.unpackb(member, raw=False)
-        except Exception:
-            value = None  # not ours: left out
-        if (
-            isinstance(value, list)
-            and len(value) == 2
-            and all(isinstance(v, str) for v in value)
-        ):
-            keys.append((value[0], value[1]))
-    return keys
+    """The durable groups' set, read; what is not a group's suffix is left out."""
+    found = (_read_suffix(m) for m in members or () if isinstance(m, bytes))
+    return [key for key in found if key is not None]

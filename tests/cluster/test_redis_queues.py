@@ -74,8 +74,24 @@ def test_each_message_reaches_exactly_one_member_across_nodes(redis: RedisServer
         assert (taken, claimed) == (count, 0)
         assert a.call(lambda: a.cluster.queues.counters.added) == count // 2
         assert b.call(lambda: b.cluster.queues.counters.added) == count // 2
+        figures = b.call(queue_metrics, b)  # what /metrics shows
+        assert figures["msgbroker_cluster_queue_added_total"] == count // 2
+        assert figures["msgbroker_cluster_queue_groups"] == 1
+        assert figures["msgbroker_cluster_queue_taken_total"] == tally.by_member()[
+            "b1"] + tally.by_member()["b2"]
         for member in members:
             member.close()
+
+
+def queue_metrics(node: Node) -> dict[str, float]:
+    from msgbroker.plugins.admin.hookspecs import collect_metrics
+
+    return {
+        sample.name: sample.value
+        for family in collect_metrics(node.broker.plugins, node.broker)
+        if family.name.startswith("msgbroker_cluster_queue")
+        for sample in family.samples
+    }
 
 
 def test_ack_and_batch_ack_acknowledge_the_stream_entries(redis: RedisServer) -> None:
