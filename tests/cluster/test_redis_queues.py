@@ -74,6 +74,9 @@ def test_each_message_reaches_exactly_one_member_across_nodes(redis: RedisServer
         assert (taken, claimed) == (count, 0)
         assert a.call(lambda: a.cluster.queues.counters.added) == count // 2
         assert b.call(lambda: b.cluster.queues.counters.added) == count // 2
+        # the nodes' only members in the topic are queue members: no pub/sub crossed
+        assert [n.call(lambda n=n: n.cluster.counters.publications_in) for n in (a, b, c)] == [
+            0, 0, 0]
         figures = b.call(queue_metrics, b)  # what /metrics shows
         assert figures["msgbroker_cluster_queue_added_total"] == count // 2
         assert figures["msgbroker_cluster_queue_groups"] == 1
