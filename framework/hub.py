@@ -41,6 +41,7 @@ from .topics import (
     Peer,
     Topic,
     presence_snapshot,
+    sharing,
     with_filtered,
 )
 
@@ -479,13 +480,13 @@ class Hub:
             raise NotAllowed("anonymous sessions cannot broadcast")
         if self.cluster is not None:
             self.cluster.broadcast(sender.subscriptions, message)
-        return self._route(message, self._sharing(sender.subscriptions.values()), sender)
+        return self._route(message, sharing(sender.subscriptions.values()), sender)
 
     def broadcast_to(self, topic_names: Iterable[str], message: Message) -> int:
         """Deliver a BCAST from another node once to every local member of these topics."""
         topics = self.topics
         found = [topics[name] for name in topic_names if name in topics]
-        return self._route(message, self._sharing(found), None)
+        return self._route(message, sharing(found), None)
 
     def presence_event(self, event: Message) -> None:
         """A member on another node joined or left ``event.topic``: tell the local watchers."""
@@ -493,23 +494,6 @@ class Hub:
         if topic is not None and topic.watchers:
             self._fan_out(event, topic.watchers, None)
 
-    def _sharing(self, shared: Iterable[Topic]) -> dict[Encoder, dict[Peer, None]]:
-        """Every member of these topics, once, grouped by encoder."""
-        groups: dict[Encoder, dict[Peer, None]] = {}
-        for topic in shared:
-            for encoder, members in topic.by_encoder.items():
-                group = groups.get(encoder)
-                if group is None:
-                    groups[encoder] = dict(members)
-                else:
-                    group.update(members)
-            if topic.filtered:  # filters are for MCASTs: filtered members share the topic
-                for peer in topic.filtered:
-                    groups.setdefault(peer.encode, {})[peer] = None
-            for queue in (topic.queues or {}).values():  # so do queue members
-                for peer in queue.members:
-                    groups.setdefault(peer.encode, {})[peer] = None
-        return groups
 
     def _route(
         self, message: Message, groups: dict[Encoder, dict[Peer, None]], sender: Peer | None

@@ -4,6 +4,7 @@ Split out of :mod:`msgbroker.hub` to keep it readable; ``msgbroker.hub`` re-expo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from attrs import define, field, frozen
@@ -108,4 +109,24 @@ def with_filtered(topic: Topic, message: Message) -> dict[Encoder, dict[Peer, No
         if group is None or group is own.get(encoder):
             group = groups[encoder] = dict(group) if group else {}
         group[peer] = None
+    return groups
+
+
+def sharing(shared: Iterable[Topic]) -> dict[Encoder, dict[Peer, None]]:
+    """Every member of these topics, once, grouped by encoder (a BCAST's recipients):
+    filtered and queue members too, since filters are for MCASTs."""
+    groups: dict[Encoder, dict[Peer, None]] = {}
+    for topic in shared:
+        for encoder, members in topic.by_encoder.items():
+            group = groups.get(encoder)
+            if group is None:
+                groups[encoder] = dict(members)
+            else:
+                group.update(members)
+        if topic.filtered:
+            for peer in topic.filtered:
+                groups.setdefault(peer.encode, {})[peer] = None
+        for queue in (topic.queues or {}).values():
+            for peer in queue.members:
+                groups.setdefault(peer.encode, {})[peer] = None
     return groups

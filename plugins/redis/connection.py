@@ -158,4 +158,5 @@ class RedisConnection(Protocol):
             self.transport.write(b"".join(held))
 
     def stopProducing(self) -> None:
-        self.lost = True
+        """Nothing to stop: :meth:`connectionLost` follows when the connection ends (TLS
+        calls this as its handshake begins)."""

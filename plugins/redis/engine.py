@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
+from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
@@ -113,7 +113,7 @@ class RedisEngine:
         options = ssl.optionsForClientTLS(
             self.host, trustRoot=trust, clientCertificate=client
         )
-        return wrapClientTLS(options, endpoint)
+        return _TLSEndpoint(endpoint, options, reactor)
 
     def start(self) -> None:
         self._connect()
@@ -332,6 +332,21 @@ class RedisEngine:
                 self.streams.woken(channel)
             else:
                 self.context.events.delivered(data)
+
+
+class _TLSEndpoint:
+    """TLS over ``inner``, timed by the engine's reactor (``wrapClientTLS`` times TLS
+    writes on the global reactor, which a broker on another reactor does not run)."""
+
+    def __init__(self, inner: Any, options: Any, reactor: Any) -> None:
+        self.inner, self.options, self.reactor = inner, options, reactor
+
+    def connect(self, factory: Any) -> Deferred[Any]:
+        from twisted.protocols.tls import TLSMemoryBIOFactory
+
+        wrapped = TLSMemoryBIOFactory(self.options, True, factory, clock=self.reactor)
+        connected: Deferred[Any] = self.inner.connect(wrapped)
+        return connected.addCallback(lambda protocol: protocol.wrappedProtocol)
 
 
 def _as_dict(state: Any) -> dict[bytes, bytes]:

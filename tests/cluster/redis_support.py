@@ -30,14 +30,18 @@ class RedisServer:
     """One redis-server process; :meth:`restart` stops it and starts a fresh (empty) one
     on the same port, as a restarted Redis without persistence would be."""
 
-    def __init__(self, directory: Path, *extra: str) -> None:
+    def __init__(self, directory: Path, *extra: str, tls: bool = False) -> None:
         self.directory = directory
         self.port = free_port()
         self.extra = extra
+        #: TLS only (the options in ``extra`` name the files): ready when its log says so
+        self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        if self.tls:
+            return f"rediss://localhost:{self.port}"
         return f"redis://127.0.0.1:{self.port}"
 
     def start(self) -> None:
@@ -45,26 +49,36 @@ class RedisServer:
         if binary is None:
             pytest.skip("redis-server is not installed (scripts/setup installs it)")
         log = self.directory / f"redis-{self.port}.log"
+        log.unlink(missing_ok=True)  # a restart's log starts afresh
+        ports = ["--port", "0", "--tls-port", str(self.port)] if self.tls else [
+            "--port", str(self.port)
+        ]
         self.process = subprocess.Popen(
             [
-                binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                binary, *ports, "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", str(self.directory), "--logfile", str(log),
                 *self.extra,
             ],
             stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:  # wait on the port (its log line comes with it)
-            with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", self.port), timeout=1
-            ) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(64).startswith((b"+PONG", b"-NOAUTH")):
-                    return
+        while time.monotonic() < deadline:  # wait on the port, or the log's line (TLS)
+            if self._ready(log):
+                return
             if self.process.poll() is not None:
                 raise RuntimeError(f"redis-server exited: {log.read_text()[-2000:]}")
-            time.sleep(0.02)  # polling the port with a deadline, not a fixed sleep
+            time.sleep(0.02)  # polling with a deadline, not a fixed sleep
         raise TimeoutError("redis-server did not start")
+
+    def _ready(self, log: Path) -> bool:
+        if self.tls:
+            return log.exists() and "Ready to accept connections" in log.read_text()
+        with contextlib.suppress(OSError), socket.create_connection(
+            ("127.0.0.1", self.port), timeout=1
+        ) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+        return False
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -88,8 +102,8 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def redis_server(directory: Path, *extra: str) -> Iterator[RedisServer]:
-    server = RedisServer(directory, *extra)
+def redis_server(directory: Path, *extra: str, tls: bool = False) -> Iterator[RedisServer]:
+    server = RedisServer(directory, *extra, tls=tls)
     server.start()
     try:
         yield server

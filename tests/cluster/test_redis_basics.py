@@ -138,3 +138,25 @@ def test_a_password_protected_redis_and_a_password_that_never_shows(tmp_path: Pa
     text = "\n".join(lines)
     assert "s3cret" not in text
     assert "redis://:***@127.0.0.1" in text
+
+
+def test_rediss_with_a_ca_and_a_client_certificate(tmp_path: Path) -> None:
+    from tests.certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    client = pki.client("node")
+    tls = (
+        "--tls-cert-file", str(pki.server.cert), "--tls-key-file", str(pki.server.key),
+        "--tls-ca-cert-file", str(pki.ca.cert_path), "--tls-auth-clients", "yes",
+    )
+    with redis_server(tmp_path, *tls, tls=True) as redis:
+        settings = {
+            "tls-ca": str(pki.ca.cert_path), "tls-cert": str(client.cert),
+            "tls-key": str(client.key),
+        }
+        with cluster_nodes(redis.url, count=2, cluster=settings) as (a, b):
+            with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
+                sub.subscribe("secure")
+                wait_for(lambda: a.interested("secure"), "a to know b's interest")
+                pub.mcast("secure", b"over TLS")
+                assert sub.next_event(timeout=5).payload == b"over TLS"
