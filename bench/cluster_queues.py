@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import select
 import socket
 import statistics
@@ -35,9 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import procs  # noqa: E402  (bench/ is not a package)
-from clients import WindowedPublisher  # noqa: E402
-from wire import MM2, payload  # noqa: E402
+import procs
+from clients import WindowedPublisher
+from wire import MM2, payload
 
 TOPIC, GROUP = "bench", "workers"
 SIZE = 64
@@ -234,7 +233,7 @@ def main() -> None:
         ratio = statistics.median(r["msgs_per_s"] for r in results["cluster"]) / statistics.median(
             r["msgs_per_s"] for r in results["single"])
         print(f"cluster/single: {ratio:.2f}x")
-    os.sys.stdout.flush()
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
