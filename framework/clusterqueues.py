@@ -15,7 +15,7 @@ A message published on any node reaches **one member of each group in the whole 
   member's filters, its window). The store's entry stays *held* by the node until the
   member acknowledges it (``ack``/``batch-ack``: the store's acknowledgement; a member
   without an ack window: acknowledged when sent).
-- **redelivery**: the node renews what it holds every third of ``queue-redeliver-after``.
+- **redelivery**: the node renews what it holds every quarter of ``queue-redeliver-after``.
   What a member took and never acknowledged goes to another member of the same node at
   once when it leaves (as on one node); what no member of the node can take is given back:
   no longer renewed, so any node with room claims it ``queue-redeliver-after`` later. A
@@ -291,7 +291,6 @@ class ClusterQueues:
         self._known: set[QueueKey] = set()
         self._view_generation = -1
         self._timer: Any = None
-        self._last_touch = 0.0
 
     @property
     def connected(self) -> bool:
@@ -315,17 +314,14 @@ class ClusterQueues:
         self._timer = self.cluster.reactor.callLater(period, self._tick)
 
     def _tick(self) -> None:
-        """Every quarter of ``queue-redeliver-after``: renew what is held (every third),
-        claim what others left, read what a lost wake-up may have left, keep the stores."""
+        """Every quarter of ``queue-redeliver-after``: renew what is held, claim what others
+        left, read what a lost wake-up may have left, keep the stores."""
         if self.connected:
-            now = self.cluster.reactor.seconds()
-            if now - self._last_touch >= self.settings.queue_redeliver_after / 3 - 1e-3:
-                self._last_touch = now
-                for group in list(self.leases):
-                    if group.held:
-                        self.store.touch(group.key, list(group.entry_ids))
-                    else:
-                        del self.leases[group]
+            for group in list(self.leases):
+                if group.held:
+                    self.store.touch(group.key, list(group.entry_ids))
+                else:
+                    del self.leases[group]
             for group in list(self.groups.values()):
                 self.store.keep(group.key, group.durable)
                 group.more = True
@@ -431,13 +427,13 @@ class ClusterQueues:
             return
         for key in gone:
             self.store.remove(key)
-        for group in list(self.leases):  # what they held went with them
+        for group in [*self.leases, *self._changed]:  # what they held went with them
             if group.key in gone:
                 group.held.clear()
                 group.entry_ids.clear()
                 group.acks.clear()
                 group.releases.clear()
-                del self.leases[group]
+                self.leases.pop(group, None)
 
     # -- publishing ------------------------------------------------------------------------
 

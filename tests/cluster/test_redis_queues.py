@@ -232,8 +232,8 @@ def test_a_node_killed_with_kill_9_has_its_members_messages_claimed_after_the_ti
         a.call(tally.when, 10)
         assert tally.by_member() == {"victim": 5, "survivor": 5}
         waited = min(survivor.arrived.values()) - killed_at
-        # the doomed node renewed them a third of the time before it died at most, so they
-        # come between 2/3 and 1 + 1/4 of queue-redeliver-after (room for a slow machine)
+        # the doomed node renewed them a quarter of the time before it died at most, so
+        # they come between 3/4 and 1 + 1/4 of queue-redeliver-after (room for a slow box)
         assert REDELIVER / 2 <= waited < 4 * REDELIVER
         wait_for(lambda: pending(redis) == 0, "the survivor's acks")
         assert a.call(lambda: a.cluster.queues.counters.claimed) == 5
