@@ -4,9 +4,10 @@
 A message published on any node reaches **one member of each group in the whole cluster**:
 
 - **publishing**: the publishing node adds each MCAST once to the store of every group the
-  topic has anywhere (its own groups, those of the other nodes' state, the durable ones it
-  knows), collected during the received chunk and written with the cluster's flush: one
-  engine write per chunk. A group's own node never hands a published message to its
+  topic has anywhere (every group it has seen with members, here or in the other nodes'
+  state, until the store says the group is gone; the durable ones it knows), collected
+  during the received chunk and written with the cluster's flush: one engine write per
+  chunk. A group's own node never hands a published message to its
   members directly: what arrives from other nodes' publications is not for the group
   either (:meth:`~msgbroker.streamgroup.StreamGroup.offer` declines it).
 - **reading**: a node with members reads from the store what no node took yet, as many as
@@ -25,6 +26,9 @@ A message published on any node reaches **one member of each group in the whole 
   node's group does not take a message no member's filters match.
 - **engine away**: a message published meanwhile goes to the local members of its groups,
   as on one node, or is dropped and counted when the node has none.
+- **lifetime**: the store deletes a group that is not durable when the last node with
+  members closes it, and lets it expire when the nodes with members died (never on the
+  word of a view, which may take a node that is only late for dead).
 
 :class:`ClusterQueues` is the node's part (made by :class:`~msgbroker.cluster.Cluster` when
 its engine has a store); :class:`~msgbroker.streamgroup.StreamGroup` is one group's local
@@ -33,6 +37,7 @@ members, a :class:`~msgbroker.queues.QueueGroup` the hub routes to as to any oth
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from attrs import asdict
@@ -60,15 +65,17 @@ class ClusterQueues:
         self.leases: dict[StreamGroup, None] = {}
         #: durable groups known (opened anywhere): topic -> group names
         self.durables: dict[str, set[str]] = {}
+        #: every group seen with members (here or in the view): topic -> group names, kept
+        #: until the store says a group is gone, so that a node missing from the view for
+        #: a while (its heartbeats late) still gets its group's messages
+        self.seen: dict[str, set[str]] = {}
         #: messages to add, by group, with the next flush
         self._adds: dict[QueueKey, list[bytes]] = {}
         self._changed: dict[StreamGroup, None] = {}
         #: topic -> its groups anywhere, until the view or the local groups change
         self._targets: dict[str, tuple[QueueKey, ...]] = {}
-        self._targets_key: tuple[int, int] = (-1, -1)
+        self._targets_key = -1
         self._generation = 0
-        #: groups known to have members somewhere, last time it was looked at
-        self._known: set[QueueKey] = set()
         self._view_generation = -1
         self._timer: Any = None
 
@@ -148,10 +155,10 @@ class ClusterQueues:
         if old is not None:
             old.closed = True
         self.groups[key] = group
-        self._known.add(key)
         self.store.open(key, durable, lambda: self._woken(key))
         if durable:
             self._durable(topic, name)
+        self.seen.setdefault(topic, set()).add(name)
         self._generation += 1
         self.cluster._mark()
         return group
@@ -169,12 +176,13 @@ class ClusterQueues:
         )
 
     def group_closed(self, group: StreamGroup) -> None:
+        """The group's last local member left: the store forgets this node's part (and
+        deletes a group that is not durable when no node has members left)."""
         key = group.key
         if self.groups.get(key) is group:
             del self.groups[key]
             self.store.close(key)
             self._generation += 1
-            self._forget_vanished()
 
     def local_state(self) -> dict[bytes, bytes]:
         """This node's queue fields (its whole state is stored again after a reconnect)."""
@@ -185,52 +193,46 @@ class ClusterQueues:
         }
 
     def view_changed(self) -> None:
-        """The other nodes' state changed: a group without members anywhere any more, and
-        not durable, is deleted with what it holds; a durable one is remembered."""
+        """The other nodes' state changed: their groups are remembered (the durable ones
+        for good; the others until the store says they are gone)."""
         view = self.cluster.view
         if view.queue_generation != self._view_generation:
             self._view_generation = view.queue_generation
-            self._forget_vanished()
+            seen = self.seen
+            for topic, groups in view.queues.items():
+                names = seen.get(topic)
+                if names is None:
+                    names = seen[topic] = set()
+                for name in groups:
+                    if name not in names:
+                        names.add(name)
+                        self._generation += 1
+                    if self.durable(name):
+                        self._durable(topic, name)
 
-    def _forget_vanished(self) -> None:
-        """Delete the groups that no node has members in any more (not durable ones:
-        those are remembered, and keep taking messages)."""
-        known = set(self.groups)
-        for topic, groups in self.cluster.view.queues.items():
-            known.update((topic, name) for name in groups)
-        for topic, name in known - self._known:
-            if self.durable(name):
-                self._durable(topic, name)
-        gone = {key for key in self._known - known if not self.durable(key[1])}
-        self._known = known
-        if not gone:
-            return
-        for key in gone:
-            self.store.remove(key)
-        for group in [*self.leases, *self._changed]:  # what they held went with them
-            if group.key in gone:
-                group.held.clear()
-                group.entry_ids.clear()
-                group.acks.clear()
-                group.releases.clear()
-                self.leases.pop(group, None)
+    def _missing(self, key: QueueKey) -> None:
+        """The store has no group ``key`` any more (no member anywhere left, not durable):
+        nothing more is added to it, until a node has members again."""
+        topic, name = key
+        if key in self.groups or name in self.cluster.view.queues.get(topic, {}):
+            return  # being made again
+        names = self.seen.get(topic)
+        if names is not None and name in names:
+            names.discard(name)
+            if not names:
+                del self.seen[topic]
+            self._generation += 1
 
     # -- publishing ------------------------------------------------------------------------
 
     def targets(self, topic: str) -> tuple[QueueKey, ...]:
         """The groups ``topic`` has anywhere in the cluster (those of durable groups too)."""
-        view = self.cluster.view
-        stamp = (view.queue_generation, self._generation)
-        if stamp != self._targets_key:
+        if self._targets_key != self._generation:
             self._targets.clear()
-            self._targets_key = stamp
+            self._targets_key = self._generation
         found = self._targets.get(topic)
         if found is None:
-            names: set[str] = set(view.queues.get(topic, ()))
-            names.update(self.durables.get(topic, ()))
-            local = self.hub.topics.get(topic)
-            if local is not None and local.queues:
-                names.update(local.queues)
+            names = self.seen.get(topic, set()) | self.durables.get(topic, set())
             found = tuple((topic, name) for name in sorted(names))
             if len(self._targets) >= 65_536:
                 self._targets.clear()
@@ -239,13 +241,13 @@ class ClusterQueues:
 
     def publish(self, message: Message) -> None:
         """An MCAST published on this node: into every group of its topic."""
-        if self.groups or self.durables or self.cluster.view.queues:
+        if self.seen or self.durables:
             targets = self.targets(message.topic)  # type: ignore[arg-type]
             if targets:
                 self._add(targets, [wire.entry(message)])
 
     def publish_run(self, run: MessageRun) -> None:
-        if self.groups or self.durables or self.cluster.view.queues:
+        if self.seen or self.durables:
             targets = self.targets(run.topic)
             if targets:
                 self._add(targets, wire.run_entries(run))
@@ -284,7 +286,7 @@ class ClusterQueues:
         if self._adds:
             adds, self._adds = self._adds, {}
             for key, entries in adds.items():
-                if store.add(key, entries):
+                if store.add(key, entries, partial(self._missing, key)):
                     counters.added += len(entries)
                 else:
                     counters.dropped += len(entries)

@@ -264,14 +264,15 @@ class QueueStore(Protocol):
         restarted empty)."""
 
     def close(self, key: QueueKey) -> None:
-        """This node has no member in the group any more: no more ``wake``."""
+        """This node has no member in the group any more: no more ``wake``. A group that is
+        not durable is deleted, with what it holds, once no node has members in it (the
+        store decides, in one step with the nodes that open it meanwhile); one whose nodes
+        died expires when none has kept it (:meth:`keep`) for a while."""
 
-    def remove(self, key: QueueKey) -> None:
-        """Delete the group's store and what it holds (its last member anywhere left)."""
-
-    def add(self, key: QueueKey, entries: Sequence[bytes]) -> bool:
-        """Append messages to the group's store (nothing when it has none) and wake its
-        readers; False when the engine could not take them (away, or its buffer full)."""
+    def add(self, key: QueueKey, entries: Sequence[bytes], missing: Callable[[], None]) -> bool:
+        """Append messages to the group's store and wake its readers; when the group has no
+        store (deleted), nothing is added and ``missing`` is called. False when the engine
+        could not take them (away, or its buffer full)."""
 
     def read(self, key: QueueKey, count: int) -> Deferred[list[QueueEntry]]:
         """Up to ``count`` entries no node took yet; this node has them from now on."""

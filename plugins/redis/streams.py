@@ -8,6 +8,13 @@ queue groups across nodes on Redis Streams.
 - ``PREFIX:qw:LEN:GROUP:TOPIC`` is the group's wake-up channel: a publishing node
   publishes an empty message there after the entries it added (one per write), and the
   nodes with members, subscribed, read.
+- ``PREFIX:qm:LEN:GROUP:TOPIC`` is the set of nodes with members in a group that is not
+  durable: a node adds itself when it opens the group, and removes itself when its last
+  member leaves, with a Lua script that deletes the stream when the set is empty — in one
+  step, so a node opening the group meanwhile either keeps it or makes a new one, never
+  loses it to a deletion decided on an older view. A node that dies stays in the set: its
+  stream goes by expiry (nodes that are not taken for dead by a late heartbeat never
+  delete what a live node holds).
 - ``PREFIX:durable`` is the set of durable groups any node opened, as ``LEN:GROUP:TOPIC``
   (read at connect: nodes publish to them without members). Removing a durable group is
   the operator's: ``SREM`` it there and ``DEL`` its stream.
@@ -38,6 +45,15 @@ from .connection import RedisError
 
 if TYPE_CHECKING:
     from .engine import RedisEngine
+
+#: a node leaves a group that is not durable: the stream goes with the last node
+_LEAVE = b"""
+redis.call('SREM', KEYS[2], ARGV[1])
+if redis.call('SCARD', KEYS[2]) == 0 then
+  return redis.call('DEL', KEYS[1], KEYS[2])
+end
+return 0
+"""
 
 #: drop a stream's entries older than the oldest pending one (acknowledged, all of them);
 #: scripts see RESP2 replies (flat lists)
@@ -72,12 +88,14 @@ class RedisStreams:
         prefix = _b(settings.prefix)
         self._stream_prefix = prefix + b":q:"
         self.wake_prefix = prefix + b":qw:"
+        self._members_prefix = prefix + b":qm:"
         self.durables_key = prefix + b":durable"
         self.consumer = _b(context.node)
         self.redeliver_ms = max(1, round(settings.queue_redeliver_after * 1000))
         self.max_length = settings.queue_max_length
-        #: a stream that is not durable outlives the last node keeping it this long
-        self.ttl_ms = max(60_000, 4 * self.redeliver_ms)
+        #: a stream that is not durable outlives the last node keeping it (every quarter
+        #: of queue-redeliver-after) this long
+        self.ttl_ms = max(1000, 4 * self.redeliver_ms)
         #: open groups: key -> (stream, wake channel, durable)
         self.opened: dict[QueueKey, tuple[bytes, bytes, bool]] = {}
         #: wake channel -> what to call
@@ -107,12 +125,18 @@ class RedisStreams:
         if conn is None or not self.engine.ready:
             return
         stream, _channel, durable = self.opened[key]
+        suffix = _suffix(key)
+        if durable:
+            self.engine._send([(b"SADD", self.durables_key, suffix)], True)
+        else:  # a member node; until the first keep(), it goes even if every node dies
+            members = self._members_prefix + suffix
+            self.engine._send([(b"SADD", members, self.consumer)], True)
         d = conn.command(b"XGROUP", b"CREATE", stream, _b(key[1]), b"0", b"MKSTREAM")
         d.addErrback(self._ignore, b"BUSYGROUP")  # made already
-        if durable:
-            self.engine._send([(b"SADD", self.durables_key, _suffix(key))], True)
-        else:  # until the first keep(): it goes even if every node dies before
-            self.engine._send([(b"PEXPIRE", stream, self.ttl_ms)], True)
+        if not durable:
+            self.engine._send(
+                [(b"PEXPIRE", stream, self.ttl_ms), (b"PEXPIRE", members, self.ttl_ms)], True
+            )
 
     def _ignore(self, failure: Any, expected: bytes) -> None:
         failure.trap(RedisError)
@@ -134,21 +158,27 @@ class RedisStreams:
         found = self.opened.pop(key, None)
         if found is None:
             return
-        stream, channel, _durable = found
+        stream, channel, durable = found
         self.wakes.pop(channel, None)
         self._cursors.pop(stream, None)
         self.engine._send([(b"UNSUBSCRIBE", channel)], force=True)
+        if not durable:
+            members = self._members_prefix + _suffix(key)
+            self.engine._send([(b"EVAL", _LEAVE, 2, stream, members, self.consumer)], True)
 
-    def remove(self, key: QueueKey) -> None:
-        stream, _channel = self._names(key)
-        self.engine._send([(b"DEL", stream)], force=True)
-
-    def add(self, key: QueueKey, entries: Sequence[bytes]) -> bool:
+    def add(self, key: QueueKey, entries: Sequence[bytes], missing: Callable[[], None]) -> bool:
         stream, channel = self._names(key)
         head = (b"XADD", stream, b"NOMKSTREAM", b"MAXLEN", b"~", self.max_length, b"*", b"m")
-        commands: list[Sequence[bytes | str | int]] = [(*head, entry) for entry in entries]
-        commands.append((b"PUBLISH", channel, b""))
-        return self.engine._send(commands)
+        commands: list[Sequence[bytes | str | int]] = [(*head, entry) for entry in entries[:-1]]
+        if not self.engine._send(commands):
+            return False
+        conn = self.engine.conn
+        assert conn is not None  # _send said so
+        # the last one's answer says whether the stream is there (nil: NOMKSTREAM)
+        last = conn.command(*head, entries[-1])
+        last.addCallbacks(lambda reply: missing() if reply is None else None, _quiet)
+        self.engine._send([(b"PUBLISH", channel, b"")])
+        return True
 
     def read(self, key: QueueKey, count: int) -> Deferred[list[QueueEntry]]:
         conn = self.engine.conn
@@ -220,7 +250,8 @@ class RedisStreams:
         stream, _channel = self._names(key)
         commands: list[Sequence[bytes | str | int]] = [(b"EVAL", _TRIM, 1, stream, _b(key[1]))]
         if not durable:
-            commands.append((b"PEXPIRE", stream, self.ttl_ms))
+            members = self._members_prefix + _suffix(key)
+            commands += [(b"PEXPIRE", stream, self.ttl_ms), (b"PEXPIRE", members, self.ttl_ms)]
         self.engine._send(commands, force=True)
 
     def durables(self) -> Deferred[list[QueueKey]]:
@@ -234,6 +265,11 @@ class RedisStreams:
 
 #: what a lost connection's pending commands fail with (nothing to log: the cluster says so)
 _LOST = frozenset({"connection lost", "not connected"})
+
+
+def _quiet(failure: Any) -> None:
+    """An add's answer lost with the connection: what crossed is counted elsewhere."""
+    failure.trap(RedisError)
 
 
 def _read_reply(reply: Any) -> list[QueueEntry]:
