@@ -18,6 +18,10 @@ with the memory engine, so a lone broker does nothing more per message):
   nodes at once ends with the later claim: the earlier holder is kicked (a node does not
   give way to a claim that came before its own, still unannounced one).
 
+Micromessage2 queue groups span the cluster on an engine with a queue store
+(:mod:`msgbroker.clusterqueues`): each message reaches one member of each group among all
+the nodes; on an engine without one, a queue subscription is refused.
+
 From the other nodes come publications (delivered to the local sessions through the hub,
 which does not send them on) and announcements (the view, presence events for local
 watchers, kicks). Nodes beat every ``heartbeat``; one not heard from for ``node_timeout``
@@ -35,14 +39,16 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from . import clusterwire as wire
+from .clusterqueues import ClusterQueues
 from .clusterview import MemberEvent, RemoteNode, RemoteView
-from .engine import ClusterSettings, Engine, EngineContext, EngineSpec
-from .errors import NoSuchIdentity
+from .engine import ClusterSettings, Engine, EngineContext, EngineSpec, queue_store
+from .errors import NoSuchIdentity, NotAllowed
 from .message import ANONYMOUS, Kind, Message, MessageRun
 from .patterns import CRED_PREFIX
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .queues import QueueGroup
     from .topics import Peer
 
 log = Logger(namespace="msgbroker.cluster")
@@ -116,6 +122,8 @@ class Cluster:
         self.ordered = True
         #: why MM2 queue subscriptions are refused on this engine ('': they are not)
         self.no_queue_groups = ""
+        #: queue groups across nodes, when the engine has a queue store
+        self.queues: ClusterQueues | None = None
 
     @classmethod
     def join(
@@ -132,6 +140,9 @@ class Cluster:
         cluster.engine = engine
         cluster.ordered = spec.ordered
         cluster.no_queue_groups = spec.no_queue_groups
+        store = queue_store(engine)
+        if store is not None:
+            cluster.queues = ClusterQueues(cluster, store)
         return cluster
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -140,12 +151,16 @@ class Cluster:
         self.hub.cluster = self
         self.engine.start()
         self._schedule()
+        if self.queues is not None:
+            self.queues.start()
 
     def stop(self) -> Deferred[None]:
         """Leave the cluster: say bye, let the engine delete this node's state, close."""
         self._stopping = True
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
+        if self.queues is not None:
+            self.queues.stop()
         self.flush()
         self.engine.announce(self.header + wire.body(wire.BYE), ())
         self.hub.cluster = None
@@ -192,7 +207,7 @@ class Cluster:
             if topic.startswith(NODE_LOCAL):
                 route = _NOWHERE
             else:
-                exact = topic in view.topic_nodes
+                exact = view.plain_members(topic)  # queue members read their group's store
                 by_pattern = tuple(view.pattern_nodes(topic))
                 route = (exact, by_pattern) if exact or by_pattern else _NOWHERE
             if len(self._routes) >= 65_536:
@@ -208,11 +223,28 @@ class Cluster:
         route = self.route(message.topic)  # type: ignore[arg-type]
         if route is not _NOWHERE:
             self._queue(route, message.topic, wire.message_item(message))  # type: ignore[arg-type]
+        if self.queues is not None:
+            self.queues.publish(message)
 
     def multicast_run(self, run: MessageRun) -> None:
         route = self.route(run.topic)
         if route is not _NOWHERE:
             self._queue(route, run.topic, wire.run_item(run))
+        if self.queues is not None:
+            self.queues.publish_run(run)
+
+    def queue_group(
+        self, topic: str, name: str, limit: int, on_drop: Any, on_deliver: Any
+    ) -> QueueGroup:
+        """A queue group of the whole cluster (its first member on this node joins):
+        :class:`NotAllowed` when the engine has no queue store."""
+        if self.queues is None:
+            raise NotAllowed(
+                self.no_queue_groups
+                or "queue groups across the cluster need an engine with a queue store "
+                "(Redis); this cluster's engine has none"
+            )
+        return self.queues.group(topic, name, limit, on_drop, on_deliver)
 
     def _queue(self, route: tuple[bool, tuple[str, ...]], topic: str, item: Any) -> None:
         targets = (topic, route)
@@ -323,6 +355,8 @@ class Cluster:
             state[wire.pattern_field(pattern)] = b""
         for identity in self.hub.identities:
             state[wire.identity_field(identity)] = b""
+        if self.queues is not None:
+            state.update(self.queues.local_state())
         return state
 
     # -- writing ---------------------------------------------------------------------------
@@ -359,6 +393,8 @@ class Cluster:
         if dropped:
             counters.dropped += dropped
             self._log_trouble("dropped", f"cluster: messages could not cross ({dropped} now)")
+        if self.queues is not None:
+            self.queues.flush()
         engine.flush()
 
     # -- from the engine -------------------------------------------------------------------
@@ -373,6 +409,8 @@ class Cluster:
         self.engine.replace_state(self.local_state())
         self.engine.beat()
         self.engine.announce(self.header + wire.body(wire.JOIN), ())
+        if self.queues is not None:
+            self.queues.engine_connected()
         self.engine.flush()
         log.info(
             "cluster: node {node} connected to {engine}",
@@ -543,6 +581,8 @@ class Cluster:
             # who receives what changed: what protocols cached of the routes is stale
             self._view_generation = self.view.generation
             hub.generation += 1
+            if self.queues is not None:
+                self.queues.view_changed()
 
     def _gives_way(self, identity: str, claimant: str) -> bool:
         """Whether the local holder of ``identity`` goes for ``claimant``'s claim: yes,
@@ -584,5 +624,6 @@ class Cluster:
             "remote_identities": len(self.view.identities),
             **asdict(counters),
             "engine": dict(self.engine.status()),
+            "queues": self.queues.metrics() if self.queues is not None else None,
         }
 

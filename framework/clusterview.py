@@ -1,9 +1,10 @@
 """The replicated view of the other nodes (pure: no Twisted, no I/O, no clock).
 
 Each remote node's state is a set of fields (:mod:`msgbroker.clusterwire`): the members of
-its exact topics, its sbus patterns, the identities it holds. The view keeps them per node
-and the indexes routing asks about without a round trip: which nodes have members in a
-topic, which nodes' patterns match a topic, who holds an identity. Applying a change
+its exact topics, its sbus patterns, the identities it holds, its queue groups. The view
+keeps them per node and the indexes routing asks about without a round trip: which nodes
+have members in a topic (and whether only queue members), which nodes' patterns match a
+topic, who holds an identity, which queue groups a topic has. Applying a change
 returns what it means for the local sessions: presence events to tell and identities
 claimed, for :class:`msgbroker.cluster.Cluster` to act on.
 """
@@ -55,6 +56,10 @@ class RemoteView:
         self.patterns: PatternIndex[str] = PatternIndex()
         #: identity -> the node holding it (the last to claim it)
         self.identities: dict[str, str] = {}
+        #: topic -> queue group -> node -> how many of its members are in the group
+        self.queues: dict[str, dict[str, dict[str, int]]] = {}
+        #: bumped whenever ``queues`` changes
+        self.queue_generation = 0
         #: bumped whenever who receives what changes (a route cache key)
         self.generation = 0
 
@@ -66,6 +71,20 @@ class RemoteView:
             return []
         exact = self.topic_nodes.get(topic, {})
         return [node for node in self.patterns.match(topic) if node not in exact]
+
+    def plain_members(self, topic: str) -> bool:
+        """Whether some node has members in ``topic`` other than queue group members (those
+        get the topic's messages through their group's store, not its publications)."""
+        counts = self.topic_nodes.get(topic)
+        if not counts:
+            return False
+        groups = self.queues.get(topic)
+        if not groups:
+            return True
+        return any(
+            count > sum(nodes.get(node, 0) for nodes in groups.values())
+            for node, count in counts.items()
+        )
 
     def nodes_in(self, topics: Iterable[str]) -> set[str]:
         found: set[str] = set()
@@ -130,13 +149,31 @@ class RemoteView:
             events.append(MemberEvent(True, topic, identity, protocol, presence))
         elif what[0] == wire.PATTERN:
             self.patterns.add(node, what[1])
+        elif what[0] == wire.QUEUE:
+            self._queue_count(node, what[1], what[2], wire.read_queue_value(value))
         else:
             self.identities[what[1]] = node
             claims.append(what[1])
 
+    def _queue_count(self, node: str, topic: str, group: str, count: int) -> None:
+        self.queue_generation += 1
+        groups = self.queues.setdefault(topic, {})
+        nodes = groups.setdefault(group, {})
+        if count:
+            nodes[node] = count
+            return
+        nodes.pop(node, None)
+        if not nodes:
+            del groups[group]
+            if not groups:
+                del self.queues[topic]
+
     def _update(self, node: str, key: bytes, value: bytes) -> None:
         what = wire.read_field(key)
-        if what is not None and what[0] == wire.MEMBER:
+        if what is not None and what[0] == wire.QUEUE:
+            self.generation += 1
+            self._queue_count(node, what[1], what[2], wire.read_queue_value(value))
+        elif what is not None and what[0] == wire.MEMBER:
             _, topic, identity = what
             members = self.members.get(topic)
             if members is not None and (node, identity) in members:
@@ -164,6 +201,8 @@ class RemoteView:
             events.append(MemberEvent(False, topic, identity, protocol, False))
         elif what[0] == wire.PATTERN:
             self.patterns.remove(node, what[1])
+        elif what[0] == wire.QUEUE:
+            self._queue_count(node, what[1], what[2], 0)
         elif self.identities.get(what[1]) == node:
             del self.identities[what[1]]
             # another node may hold it too (claims crossing on an unordered engine)

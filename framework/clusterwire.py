@@ -13,7 +13,12 @@ leading bytes, without decoding), the body ``[op, items]``:
 
 A node's state is fields: ``["m", topic, identity]`` -> ``[protocol, presence]`` (a member
 of an exact topic), ``["p", pattern]`` -> ``b""`` (an sbus pattern), ``["i", identity]`` ->
-``b""`` (an identity held). Fields of other kinds are kept and ignored (a later version's).
+``b""`` (an identity held), ``["q", topic, group]`` -> how many of the topic's members are
+in that queue group (they are members too). Fields of other kinds are kept and ignored (a
+later version's).
+
+A queue group's entries (:mod:`msgbroker.clusterqueues`) are one message each, as in
+``"m"`` publications: :func:`entry` and :func:`read_entry`.
 Property values that are :class:`~decimal.Decimal` travel as extension type 1 (their text).
 """
 
@@ -32,7 +37,7 @@ VERSION = 1
 _DECIMAL = 1
 
 MESSAGES, CHANGES, JOIN, HEARTBEAT, BYE = "m", "c", "j", "h", "b"
-MEMBER, PATTERN, IDENTITY = "m", "p", "i"
+MEMBER, PATTERN, IDENTITY, QUEUE = "m", "p", "i", "q"
 _RUN, _BCAST = "r", "b"
 _KINDS = {kind.value: kind for kind in Kind}
 
@@ -120,6 +125,36 @@ def message_item(message: Message) -> list[Any]:
     ]
 
 
+def entry(message: Message, origin: str) -> bytes:
+    """One message published on the node ``origin`` as a queue group's entry."""
+    return pack([origin, message_item(message)])
+
+
+def run_entries(run: MessageRun, origin: str) -> list[bytes]:
+    """Each message of a run as an entry (a queue group gives each to one member)."""
+    head = [Kind.MCAST.value, run.sender, run.protocol, run.topic]
+    return [pack([origin, [*head, payload, None, None, False]]) for payload in run.payloads()]
+
+
+def read_entry(data: bytes) -> Message:
+    """The MCAST an entry holds; :class:`WireError` for anything else."""
+    try:
+        item = msgpack.unpackb(data, raw=False, ext_hook=_ext, strict_map_key=False)
+    except WireError:
+        raise
+    except Exception as e:
+        raise WireError(f"not msgpack: {type(e).__name__}") from None
+    try:
+        origin, inner = item
+    except (TypeError, ValueError):
+        raise WireError("not an entry") from None
+    _check(str, origin)
+    message = read_item(inner, origin)
+    if not isinstance(message, Message) or message.kind is not Kind.MCAST:
+        raise WireError("not an MCAST")
+    return message
+
+
 def run_item(run: MessageRun) -> list[Any]:
     return [_RUN, run.sender, run.protocol, run.topic, list(run.payloads())]
 
@@ -199,19 +234,32 @@ def identity_field(identity: str) -> bytes:
 
 
 def read_field(field: bytes) -> tuple[str, ...] | None:
-    """``("m", topic, identity)``, ``("p", pattern)``, ``("i", identity)``, or ``None`` for
-    a field of another kind (kept, ignored)."""
+    """``("m", topic, identity)``, ``("p", pattern)``, ``("i", identity)``, ``("q", topic,
+    group)``, or ``None`` for a field of another kind (kept, ignored)."""
     try:
         value = msgpack.unpackb(field, raw=False, unicode_errors=_TEXT_ERRORS)
     except Exception:
         return None
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
         return None
-    if (value[0] == MEMBER and len(value) == 3) or (
+    if (value[0] in (MEMBER, QUEUE) and len(value) == 3) or (
         value[0] in (PATTERN, IDENTITY) and len(value) == 2
     ):
         return tuple(value)
     return None
+
+
+def queue_field(topic: str, group: str) -> bytes:
+    return pack([QUEUE, topic, group])
+
+
+def read_queue_value(value: bytes) -> int:
+    """A queue field's member count (0 for a value that is none)."""
+    try:
+        count = msgpack.unpackb(value, raw=False)
+    except Exception:
+        return 0
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 def read_member_value(value: bytes) -> tuple[str, bool]:

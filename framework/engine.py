@@ -24,7 +24,7 @@ An engine plugin::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from attrs import frozen
@@ -41,6 +41,8 @@ __all__ = [
     "EngineEvents",
     "EngineSpec",
     "NodeState",
+    "QueueStore",
+    "queue_store",
     "redact_url",
     "url_scheme",
 ]
@@ -60,7 +62,13 @@ class ClusterSettings:
     a connection to the engine may take; ``max_buffer``: bytes held for the engine while it
     does not keep up (past it, what would cross is dropped and counted); ``prefix``: of
     every channel and key the engine uses (several clusters on one server). ``password``
-    or ``password_file`` and the ``tls_*`` files are for engines that need them."""
+    or ``password_file`` and the ``tls_*`` files are for engines that need them.
+
+    Queue groups across nodes (engines with a :class:`QueueStore`): ``queue_redeliver_after``
+    seconds after a member or a node last held a message it never acknowledged, another
+    member gets it; each group's store holds at most about ``queue_max_length`` messages
+    (the oldest go); ``durable_queues`` names the groups (``"*"``: all) whose messages
+    outlive their members and the nodes."""
 
     url: str = ""
     heartbeat: float = 1.0
@@ -73,6 +81,9 @@ class ClusterSettings:
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    queue_redeliver_after: float = 30.0
+    queue_max_length: int = 100_000
+    durable_queues: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if not self.heartbeat > 0:
@@ -92,8 +103,22 @@ class ClusterSettings:
             raise ConfigError("give cluster-password or cluster-password-file, not both")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("cluster-tls-cert and cluster-tls-key go together")
+        if not self.queue_redeliver_after >= 0.05:
+            raise ConfigError(
+                f"cluster-queue-redeliver-after must be at least 0.05 s, "
+                f"not {self.queue_redeliver_after}"
+            )
+        if self.queue_max_length < 1:
+            raise ConfigError(
+                f"cluster-queue-max-length must be at least 1, not {self.queue_max_length}"
+            )
         if self.url and not url_scheme(self.url):
             raise ConfigError(f"--cluster needs a URL such as redis://HOST:PORT, not {self.url!r}")
+
+    def durable(self, group: str) -> bool:
+        """Whether the queue group ``group`` (of any topic) is durable."""
+        names = self.durable_queues
+        return bool(names) and (group in names or "*" in names)
 
     @property
     def timeout(self) -> float:
@@ -203,6 +228,72 @@ class Engine(Protocol):
         """For metrics and logs: at least ``connected`` (bool) and ``buffered`` (bytes)."""
 
 
+#: a queue group across nodes: (topic, group name)
+QueueKey = tuple[str, str]
+#: an entry of a queue's store: (its id in the store, the message's bytes)
+QueueEntry = tuple[bytes, bytes]
+
+
+@runtime_checkable
+class QueueStore(Protocol):
+    r"""An optional capability of an engine: Micromessage2 queue groups across nodes. An
+    engine that has one returns it from a method ``queue_store()`` (see
+    :func:`queue_store`); the cluster refuses queue subscriptions on an engine without.
+
+    Each group (topic, name) is a store of entries shared by the nodes with members in it
+    (on Redis, a stream and its consumer group): a publishing node :meth:`add`\ s each
+    message once; a node with members :meth:`read`\ s what no node took yet, as much as its
+    members have room for, and :meth:`ack`\ s what they acknowledged; what a node took and
+    neither acknowledged nor :meth:`touch`\ ed for ``queue_redeliver_after`` seconds, any
+    node may :meth:`claim`. Every method returns at once; commands are written with the
+    engine's next ``flush``. The reading methods fail (errback) while the engine is away."""
+
+    def open(self, key: QueueKey, durable: bool, wake: Callable[[], None]) -> None:
+        """This node has members in the group: make its store when there is none (durable:
+        remember it for nodes that start later), and call ``wake`` whenever entries are
+        added to it, by any node. Kept across reconnects (made again: the engine may have
+        restarted empty)."""
+
+    def close(self, key: QueueKey) -> None:
+        """This node has no member in the group any more: no more ``wake``. A group that is
+        not durable is deleted, with what it holds, once no node has members in it (the
+        store decides, in one step with the nodes that open it meanwhile); one whose nodes
+        died expires when none has kept it (:meth:`keep`) for a while."""
+
+    def add(self, key: QueueKey, entries: Sequence[bytes], missing: Callable[[], None]) -> bool:
+        """Append messages to the group's store and wake its readers; when the group has no
+        store (deleted), nothing is added and ``missing`` is called. False when the engine
+        could not take them (away, or its buffer full)."""
+
+    def read(self, key: QueueKey, count: int) -> Deferred[list[QueueEntry]]:
+        """Up to ``count`` entries no node took yet; this node has them from now on."""
+
+    def claim(self, key: QueueKey, count: int) -> Deferred[list[QueueEntry]]:
+        """Up to ``count`` entries some node took and left untouched for
+        ``queue_redeliver_after`` seconds; this node has them from now on."""
+
+    def ack(self, key: QueueKey, ids: Sequence[bytes]) -> None:
+        """These entries are done: never delivered again."""
+
+    def touch(self, key: QueueKey, ids: Sequence[bytes]) -> None:
+        """This node still holds these entries: their ``queue_redeliver_after`` starts
+        again now (a lease renewed; also what gives entries back, by no longer renewing)."""
+
+    def keep(self, key: QueueKey, durable: bool) -> None:
+        """Called by the nodes with members, every few seconds: drop what is done; a group
+        that is not durable expires when no node with members keeps it any more."""
+
+    def durables(self) -> Deferred[list[QueueKey]]:
+        """The durable groups any node opened (they take messages without members)."""
+
+
+def queue_store(engine: Any) -> QueueStore | None:
+    """``engine``'s :class:`QueueStore`, or ``None`` when it has none."""
+    get = getattr(engine, "queue_store", None)
+    store = get() if callable(get) else None
+    return store if isinstance(store, QueueStore) else None
+
+
 @frozen
 class EngineContext:
     """What an engine is built with: the node's name, the parsed ``[cluster]`` settings,
@@ -225,8 +316,9 @@ class EngineSpec:
     ``ordered``: every node sees all nodes' announcements in one order (Redis pub/sub on
     one server); False when only each node's own announcements keep their order (NATS),
     so that two nodes claiming one identity at once settle it by node name instead.
-    ``no_queue_groups``: why this engine cannot carry MM2 queue groups across nodes; a
-    queue subscription on such a node is then refused with this text ('': accepted)."""
+    ``no_queue_groups``: why this engine cannot carry MM2 queue groups across nodes (it
+    has no :class:`QueueStore`): the text a queue subscription is refused with ('': a
+    general one)."""
 
     name: str
     schemes: tuple[str, ...]

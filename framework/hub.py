@@ -156,10 +156,11 @@ class Hub:
             # secret topics (sbus ``!/cred/<gid>/<uid>/<pid>/...``) go only to the sbus
             # patterns of subscribers with those credentials (DECISIONS.md)
             raise NotAllowed("secret topics are for sbus subscribers with those credentials")
-        if queue is not None and self.cluster is not None and self.cluster.no_queue_groups:
-            raise NotAllowed(self.cluster.no_queue_groups)
         self._check_subscriptions(peer)
         topic = self.topics.get(topic_name)
+        new_group = None
+        if queue is not None and (topic is None or queue not in (topic.queues or {})):
+            new_group = self._new_queue_group(topic_name, queue)  # a cluster may refuse
         if topic is None:
             max_topics = self.limits.max_topics
             if max_topics and len(self.topics) >= max_topics:
@@ -176,16 +177,9 @@ class Hub:
         if queue is not None:
             if topic.queues is None:
                 topic.queues = {}
-            queue_group = topic.queues.get(queue)
-            if queue_group is None:
-                queue_group = QueueGroup(
-                    topic_name,
-                    queue,
-                    limit=self.limits.queue_backlog,
-                    on_drop=self._dropped,
-                    on_deliver=self._queue_delivered,
-                )
-                topic.queues[queue] = queue_group
+            queue_group = topic.queues.get(queue) or new_group
+            assert queue_group is not None  # made above when the topic had none
+            topic.queues[queue] = queue_group
             self.stats.delivered += queue_group.add(peer, filters)
         elif filters:
             if topic.filtered is None:
@@ -206,6 +200,18 @@ class Hub:
         if cluster is not None:
             cluster.joined(peer, topic_name, presence, first)
         return snapshot
+
+    def _new_queue_group(self, topic_name: str, queue: str) -> QueueGroup:
+        """A queue group of one node, or one of the whole cluster (which may refuse:
+        :class:`NotAllowed` when its engine cannot hold queue groups)."""
+        limit = self.limits.queue_backlog
+        if self.cluster is not None:
+            return self.cluster.queue_group(
+                topic_name, queue, limit, self._dropped, self._queue_delivered
+            )
+        return QueueGroup(
+            topic_name, queue, limit=limit, on_drop=self._dropped, on_deliver=self._queue_delivered
+        )
 
     def watch(self, peer: Peer, topic_name: str) -> list[Message]:
         """Turn presence on for ``peer``, already a member of ``topic_name`` (a protocol

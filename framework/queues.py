@@ -12,9 +12,12 @@ the group does not take the message.
 
 A peer may receive from a queue through an optional ``deliver_queued(frame, message,
 group)`` method instead of ``send(frame)``: a protocol with acknowledgements keeps
-``(message, group)`` until the message is acknowledged, and when the connection closes
-with messages unacknowledged it gives them back with ``group.redeliver(message)``, which
-offers each to the remaining members (or keeps it in the backlog).
+``(message, group)`` until the message is acknowledged (and returns True), and when the
+connection closes with messages unacknowledged it gives them back with
+``group.redeliver(message)``, which offers each to the remaining members (or keeps it in
+the backlog). A group whose ``tracks_acks`` is set (a queue group across the nodes of a
+cluster, :mod:`msgbroker.clusterqueues`) is told of each acknowledgement
+(:meth:`QueueGroup.acked`), and of a message taken by a member that never acknowledges.
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ class QueueGroup:
     #: called with (member, message) for each message a member takes
     on_deliver: Callable[[Any, Message], None] | None = None
     _turn: int = 0  # where the round-robin resumes
+    #: whether members tell the group of acknowledgements (:meth:`acked`); a class's choice
+    tracks_acks = False
     #: ``held_cost`` of each message of ``backlog``, in step with it: a message's memo may
     #: grow while it waits, and what is taken off must be what was added
     _costs: deque[int] = field(factory=deque)
@@ -77,10 +82,14 @@ class QueueGroup:
     def remove(self, peer: Any) -> None:
         del self.members[peer]
         if not self.members and self.backlog:
-            self._dropped(len(self.backlog))  # nobody is left to take them
+            left = list(self.backlog)
             self.backlog.clear()
             self._costs.clear()
             self.backlog_bytes = 0
+            self._let_go(left, unmatched=False)  # nobody is left to take them
+
+    def acked(self, message: Message) -> None:
+        """A member acknowledged ``message`` (only with :attr:`tracks_acks`)."""
 
     def offer(self, message: Message, sender: Any = None) -> int:
         """Deliver ``message`` to one member (1), keep it for later (0), or decline it
@@ -98,7 +107,7 @@ class QueueGroup:
         """A message a member received but never acknowledged (it went away): offer it to
         the others, ahead of the backlog's newer messages."""
         if not self._matching(message, None):
-            self._dropped(1)  # nobody left who would take it
+            self._let_go([message], unmatched=True)  # nobody left who would take it
             return 0
         return self._deliver(message, None, keep_first=True)
 
@@ -111,7 +120,7 @@ class QueueGroup:
         waiting: list[Message] = []
         for message in messages:
             if not self._matching(message, None):
-                self._dropped(1)
+                self._let_go([message], unmatched=True)
                 continue
             if not waiting:
                 peer = self._pick(message, None)
@@ -133,8 +142,7 @@ class QueueGroup:
             peer = self._pick(message, None)
             if peer is None:
                 if not self._matching(message, None):  # its matching member left
-                    self._take_first()
-                    self._dropped(1)
+                    self._let_go([self._take_first()], unmatched=True)
                     continue
                 break
             self._take_first()
@@ -186,13 +194,17 @@ class QueueGroup:
         self.backlog.append(message)
         self._costs.append(cost)
         while self.backlog_bytes > self.limit and len(self.backlog) > 1:
-            self._take_first()
-            self._dropped(1)
+            self._let_go([self._take_first()], unmatched=False)
 
     def _take_first(self) -> Message:
         message = self.backlog.popleft()
         self.backlog_bytes -= self._costs.popleft()
         return message
+
+    def _let_go(self, messages: list[Message], unmatched: bool) -> None:
+        """Messages the group gives up: no member's filters match them any more
+        (``unmatched``), or no room is left for them. Here they are dropped (counted)."""
+        self._dropped(len(messages))
 
     def _dropped(self, count: int) -> None:
         if self.on_drop is not None:
@@ -213,6 +225,9 @@ def _deliver_to(peer: Any, message: Message, group: QueueGroup) -> None:
         group.on_deliver(peer, message)
     deliver_queued = getattr(peer, "deliver_queued", None)
     if deliver_queued is not None:
-        deliver_queued(frame, message, group)
+        kept = deliver_queued(frame, message, group)
     else:
         peer.send(frame)
+        kept = False
+    if not kept and group.tracks_acks:
+        group.acked(message)  # a member without acknowledgements: done once sent

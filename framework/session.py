@@ -57,9 +57,11 @@ class Session:
     #: the hub calls this per delivery: ``output.send``, bound once
     send: Callable[[bytes], None] = field(default=None)
     #: for queue groups (msgbroker.queues): whether the peer has room for another queue
-    #: message, and how it takes one; an output with acknowledgements provides both
+    #: message, how many it has room for (None: no bound), and how it takes one (True:
+    #: kept until acknowledged); an output with acknowledgements provides them
     ready: Callable[[], bool] | None = None
-    deliver_queued: Callable[[bytes, Any, Any], None] | None = None
+    room: Callable[[], int | None] | None = None
+    deliver_queued: Callable[[bytes, Any, Any], bool] | None = None
     #: deliveries this session's policy dropped
     dropped: int = 0
     #: the broker's number for this session (1, 2, ... in the order they opened)
@@ -95,6 +97,7 @@ class Session:
         self.output = output
         self.send = output.send
         self.ready = getattr(output, "ready", None)
+        self.room = getattr(output, "room", None)
         self.deliver_queued = getattr(output, "deliver_queued", None)
 
     @property

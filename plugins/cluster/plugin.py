@@ -9,6 +9,8 @@ figures for ``/metrics``.
     heartbeat = 1.0                    # --cluster-heartbeat
     node-timeout = 0                   # --cluster-node-timeout (0: 1.5 heartbeats)
     password-file = "/etc/msgbroker/redis-password"
+    queue-redeliver-after = 30         # MM2 queue groups across nodes (Redis streams)
+    durable-queues = ["billing"]
 """
 
 from __future__ import annotations
@@ -43,6 +45,17 @@ SECTION = ConfigSection(
         Option("tls-ca", "str", "CA certificate(s) (PEM) the engine's certificate must chain to."),
         Option("tls-cert", "str", "Client certificate (PEM) for the engine, if it asks."),
         Option("tls-key", "str", "Client private key (PEM) for the engine."),
+        Option(
+            "queue-redeliver-after",
+            "float",
+            "Seconds before a queue message a member or node took unacked goes to another [30].",
+        ),
+        Option("queue-max-length", "count", "Messages a queue group's stream holds [100000]."),
+        Option(
+            "durable-queues",
+            "list",
+            "Queue groups (names; * for all) whose messages outlive members and nodes.",
+        ),
     ),
     help="join a cluster of brokers (docs/cluster.md)",
 )
@@ -101,5 +114,42 @@ def msgbroker_collect_metrics(broker: Broker) -> list[Any]:
             CounterMetricFamily(
                 f"msgbroker_cluster_{name}", help_text, value=getattr(counters, name)
             )
+        )
+    queues = cluster.queues
+    if queues is not None:
+        families += _queue_families(queues)
+    return families
+
+
+def _queue_families(queues: Any) -> list[Any]:
+    """MM2 queue groups across nodes: what this node stored, took, acknowledged."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    figures = queues.metrics()
+    families: list[Any] = [
+        GaugeMetricFamily(
+            "msgbroker_cluster_queue_groups",
+            "Queue groups with members on this node.",
+            value=figures["groups"],
+        ),
+        GaugeMetricFamily(
+            "msgbroker_cluster_queue_held",
+            "Queue messages this node holds for its members (sent unacknowledged, or waiting).",
+            value=figures["held"],
+        ),
+    ]
+    for name, help_text in (
+        ("added", "Queue messages this node added to a group's stream."),
+        ("local", "Queue messages shared by local members while the engine was away."),
+        ("dropped", "Queue messages that could not be stored (engine away or buffer full)."),
+        ("taken", "Queue messages read from a group's stream for local members."),
+        ("claimed", "Queue messages taken over after queue-redeliver-after."),
+        ("acked", "Queue messages local members acknowledged."),
+        ("filtered", "Queue messages no local member's filters matched (acknowledged unseen)."),
+        ("released", "Queue messages given back (no local member left to take them)."),
+        ("skipped", "Malformed queue entries skipped."),
+    ):
+        families.append(
+            CounterMetricFamily(f"msgbroker_cluster_queue_{name}", help_text, value=figures[name])
         )
     return families

@@ -15,8 +15,10 @@ turn, once the fan-out that outgrew the bound is over.
 
 Queue groups (:mod:`msgbroker.queues`) ask :meth:`WindowOutput.ready` before handing a
 member a message and hand it through :meth:`WindowOutput.deliver_queued`, which keeps
-``(message, group)`` until it is acknowledged; :meth:`WindowOutput.abandon` gives back
-those never acknowledged when the connection is gone.
+``(message, group)`` until it is acknowledged (a group that tracks acknowledgements, one
+across the nodes of a cluster, is then told); :meth:`WindowOutput.abandon` gives back
+those never acknowledged when the connection is gone. :meth:`WindowOutput.room` says how
+many such a group may hand it now (a cluster's group reads that many from its store).
 
 The window's size and the ``dotnet`` extension's id come from the handshake: the output is
 made when the connection opens and configured after it (:meth:`WindowOutput.configure`).
@@ -68,6 +70,7 @@ class WindowOutput:
         "held_bytes",
         "out",
         "policy",
+        "queued",
         "seq_out",
         "session",
         "size",
@@ -94,6 +97,8 @@ class WindowOutput:
         self.wrapped = False
         #: sent, not yet acknowledged: (seq, queue message and group, or None), oldest first
         self.unacked: deque[tuple[int, Queued]] = deque()
+        #: how many of ``unacked`` are queue messages (0: an ack looks at none of them)
+        self.queued = 0
         #: messages waiting for the window to open, and what they take
         self.held: deque[tuple[bytes, Queued]] = deque()
         self.held_bytes = 0
@@ -170,11 +175,20 @@ class WindowOutput:
             and not self.stopped
         )
 
-    def deliver_queued(self, frame: bytes, message: Message, group: QueueGroup) -> None:
+    def room(self) -> int | None:
+        """How many queue messages the window takes now (None: as many as come)."""
+        if self.held or self.cut_off or self.stopped:
+            return 0
+        size = self.size
+        return None if size is None else max(0, size - len(self.unacked))
+
+    def deliver_queued(self, frame: bytes, message: Message, group: QueueGroup) -> bool:
+        """Send a queue message; True when it is kept until acknowledged."""
         if self.size is None:  # no acks: nothing to give back, ever
             self.send(frame)
-        else:
-            self._hold([frame], (message, group))
+            return False
+        self._hold([frame], (message, group))
+        return True
 
     def abandon(self) -> list[tuple[Message, QueueGroup]]:
         """The connection is gone: the queue messages it took and never acknowledged,
@@ -183,6 +197,7 @@ class WindowOutput:
         self._cancel_close()
         taken = [q for _seq, q in self.unacked if q is not None]
         taken += [q for _piece, q in self.held if q is not None]
+        self.queued = 0
         self.unacked.clear()
         self.held.clear()
         self.held_bytes = 0
@@ -201,11 +216,26 @@ class WindowOutput:
         if not unacked:
             return 0
         count = codec.acked_count(unacked[0][0], len(unacked), seq)
-        for _ in range(count):
-            unacked.popleft()
+        if self.queued:
+            self._acknowledge_queued(count)
+        else:
+            for _ in range(count):
+                unacked.popleft()
         if count:
             self.release()
         return count
+
+    def _acknowledge_queued(self, count: int) -> None:
+        """The oldest ``count`` acknowledged, queue messages among them: their groups that
+        track acknowledgements are told."""
+        unacked = self.unacked
+        for _ in range(count):
+            queued = unacked.popleft()[1]
+            if queued is not None:
+                self.queued -= 1
+                message, group = queued
+                if group.tracks_acks:
+                    group.acked(message)
 
     def release(self) -> None:
         """Send held messages while the window has room: consecutive plain ones (not from
@@ -283,6 +313,8 @@ class WindowOutput:
             self.wrapped = True
         if self.size is not None:
             self.unacked.append((seq, queued))
+            if queued is not None:
+                self.queued += 1
         self.out.send(numbered(piece, seq))
 
     # -- holding -------------------------------------------------------------------------------

@@ -6,7 +6,9 @@
 - keys: ``PREFIX:node:NODE`` says the node is alive (it expires ``node-timeout`` after the
   last heartbeat), ``PREFIX:state:NODE`` is a hash of the node's state (its members,
   patterns, identities: what a node that (re)connects reads), ``PREFIX:nodes`` the set of
-  node names.
+  node names;
+- Micromessage2 queue groups across nodes: a stream per group, and its wake-up channel
+  (:mod:`.streams`, the engine's queue store).
 
 One connection (RESP3) carries it all, so a node's SUBSCRIBE is in effect before the
 announcement that follows it. It reconnects with backoff (0.1 s doubling to 5 s) and then
@@ -30,6 +32,7 @@ from msgbroker import ConfigError
 from msgbroker.engine import EngineContext, NodeState, redact_url
 
 from .connection import RedisConnection, RedisError
+from .streams import RedisStreams
 
 log = Logger(namespace="msgbroker.cluster.redis")
 
@@ -80,6 +83,12 @@ class RedisEngine:
         self._delay = 0.1
         self._retry: Any = None
         self._connecting: Deferred[Any] | None = None
+        self.streams = RedisStreams(self)
+        self._wake_prefix = self.streams.wake_prefix
+
+    def queue_store(self) -> RedisStreams:
+        """The engine's queue store (:class:`msgbroker.engine.QueueStore`)."""
+        return self.streams
 
     # -- connecting ------------------------------------------------------------------------
 
@@ -140,11 +149,12 @@ class RedisEngine:
         conn = self.conn
         if conn is None or conn.lost:
             return
-        channels = [self.control, self.own_channel, *self.listening]
+        channels = [self.control, self.own_channel, *self.listening, *self.streams.wakes]
         for start in range(0, len(channels), _BATCH):
             conn.send([(b"SUBSCRIBE", *channels[start : start + _BATCH])], force=True)
-        conn.flush()
         self.ready = True
+        self.streams.connected()
+        conn.flush()
         self._delay = 0.1
         self.context.events.engine_connected()
 
@@ -318,6 +328,8 @@ class RedisEngine:
             channel, data = message[1], message[2]
             if channel == self.control:
                 self.context.events.announced(data)
+            elif channel.startswith(self._wake_prefix):
+                self.streams.woken(channel)
             else:
                 self.context.events.delivered(data)
 
