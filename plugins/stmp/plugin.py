@@ -68,7 +68,8 @@ def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> No
     # the server side only here: the command line loads this module too, and needs none of it
     from msgbroker.registry import ProtocolSpec
 
-    from .protocol import STMPServerSession, STMPWebSocketSession
+    from .protocol import STMPServerSession
+    from .websocket_session import STMPWebSocketSession
 
     register(
         ProtocolSpec(
