@@ -31,9 +31,10 @@ import attrs
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# the table names, the timestamp type and the error line are the tasks' (partials imports
-# nothing of msgbroker, so the sharing goes this way)
-from .partials import MESSAGES, SESSIONS, TIMESTAMP, one_line
+# the table names, the timestamp type and the error line are the tasks' (grains and
+# partials import nothing of msgbroker, so the sharing goes this way)
+from .grains import MESSAGES, SESSIONS, TIMESTAMP
+from .partials import one_line
 
 #: the columns a job reads, with their types (``messages/2``: a row stands for ``count``
 #: messages, ``payload_size`` is all of theirs). A file may have more columns, never fewer

@@ -8,7 +8,7 @@ these: ``msgbroker analytics report DIR [DIR ...]``, where each ``DIR`` is a jou
 (``/srv/journals/db1``, ``/srv/journals/db2``: :func:`journal_directories`).
 
 Every table of the report is cluster-wide, a message counted once, where it was published
-(partials.py). What is per node is :data:`NODE_TABLES`: ``nodes`` (one row per node: what
+(grains.py). What is per node is :data:`NODE_TABLES`: ``nodes`` (one row per node: what
 was published on it, what it received from others, its deliveries, sessions and refused
 logins) and ``traffic_by_node_minute``; the page shows them only when there is more than
 one node.

@@ -47,9 +47,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import charts, html, partials
+from .grains import MAIN_GRAINS, MESSAGES, SESSIONS
 from .journal_files import SkippedFile, list_table
 from .nodes import NODE_TABLES, journal_directories, node_tables
-from .partials import MESSAGES, SESSIONS
 
 __all__ = ["TABLES", "Report", "SkippedFile", "parse_time", "run_report"]
 
@@ -203,7 +203,7 @@ class _Jobs:
                     self.on_skip(item)
             else:
                 found.setdefault(value[0], []).append(partials.from_ipc(value[1]))
-        grains = ("topic_minute",) if topics is not None else partials.MAIN_GRAINS
+        grains = ("topic_minute",) if topics is not None else MAIN_GRAINS
         return {g: partials.merge(g, found[g]) if g in found else partials.empty(g) for g in grains}
 
 

@@ -15,11 +15,12 @@ from .markers import hookimpl, hookspec, per_topic
 
 if TYPE_CHECKING:
     from .auth import Accept, AuthResult, AuthScheme, Deny, LoginRequest
-    from .broker import Broker, ProtocolSpec
+    from .broker import Broker
     from .config import BrokerConfig, ConfigSection, Listener, Option
     from .errors import ConfigError, MsgbrokerError, RemoteProtocolError
     from .hooks import Plugins
     from .message import Kind, Message, RemoteMessage, RouteResult
+    from .registry import ProtocolSpec
     from .session import Session
 
 #: where each re-exported name lives: imported on first use (PEP 562), so ``import
@@ -32,7 +33,7 @@ _LAZY = {
     "Deny": "auth",
     "LoginRequest": "auth",
     "Broker": "broker",
-    "ProtocolSpec": "broker",
+    "ProtocolSpec": "registry",
     "BrokerConfig": "config",
     "ConfigSection": "config",
     "Listener": "config",

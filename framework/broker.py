@@ -4,7 +4,8 @@ Protocols talk to the broker (``open_session``, ``authenticate``, ``authorize``,
 ``session_closed``) and to its ``hub`` for routing. A custom server subclasses
 :class:`Broker` and overrides its documented methods, or defines ``msgbroker_*`` methods:
 the broker registers itself as a plugin, so those act as hook implementations (subclass
-hooks) without any decorator.
+hooks) without any decorator. What plugins register (protocols, auth schemes, engines)
+and which of it the configuration picks is :mod:`msgbroker.registry`'s.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from attrs import frozen
 from twisted.logger import Logger
 
-from .auth import AuthResult, AuthScheme, Deny, LoginRequest, implied_by
+from .auth import AuthResult, AuthScheme, Deny, LoginRequest
 from .config import BrokerConfig, Listener, resolve_sections
-from .connection import StreamFactory
-from .engine import ClusterSettings, EngineSpec, redact_url, url_scheme
+from .engine import ClusterSettings, EngineSpec
 from .errors import ConfigError, LimitExceeded
 from .hooks import Plugins
 from .hub import Hub, HubLimits, Peer
@@ -31,6 +30,7 @@ from .nodes import node_name
 from .output import Batcher, Output, OutputBudget, OutputPolicy
 from .pluginmanager import build_plugin_manager
 from .reasons import CloseReason
+from .registry import ProtocolSpec, add_by_name, add_engine, enabled_schemes, engine_for
 from .reloading import keep_restart_only
 from .reloading import prepare as prepare_reload
 from .session import Link, Session
@@ -41,38 +41,8 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from .cluster import Cluster
-    from .connection import ServerSession
 
 log = Logger(namespace="msgbroker")
-
-
-@frozen
-class ProtocolSpec:
-    """A wire protocol, as a plugin registers it (``msgbroker_register_protocols``)."""
-
-    #: the name ``--listen NAME=ENDPOINT`` uses
-    name: str
-    #: ``build_factory(broker, listener)`` -> a Twisted protocol factory for one listener;
-    #: ``None``: ``session`` served over stream endpoints (tcp, tls, unix)
-    build_factory: Callable[[Broker, Listener], Any] | None = None
-    #: where the embedded default configuration listens, or ``None``
-    default_endpoint: str | None = None
-    description: str = ""
-    #: ``build_endpoint(reactor, endpoint_text)`` -> a server endpoint, for a protocol
-    #: whose listeners are no Twisted endpoint string (sbus: unix seqpacket sockets);
-    #: ``None``: ``twisted.internet.endpoints.serverFromString``
-    build_endpoint: Callable[[Any, str], Any] | None = None
-    #: the protocol's server session (``msgbroker.connection.ServerSession``): what serves
-    #: one connection, sans-IO
-    session: type[ServerSession] | None = None
-
-    def factory(self, broker: Broker, listener: Listener) -> Any:
-        """The Twisted protocol factory for one of this protocol's listeners."""
-        if self.build_factory is not None:
-            return self.build_factory(broker, listener)
-        if self.session is None:
-            raise ConfigError(f"protocol {self.name!r} has neither a session nor a factory")
-        return StreamFactory(broker, self.session)
 
 
 class Broker:
@@ -136,9 +106,11 @@ class Broker:
         # the plugins' sections ([journal], ...) become their settings objects
         self.config = resolve_sections(self.config, self.plugins.config_sections())
         self.protocols: dict[str, ProtocolSpec] = {}
-        self.plugins.register_protocols(self._register_protocol)
+        self.plugins.register_protocols(add_by_name(self.protocols, "protocol"))
         self.schemes: dict[str, AuthScheme] = {}
-        self.plugins.register_auth_schemes(self._register_scheme, self.config, self)
+        self.plugins.register_auth_schemes(
+            add_by_name(self.schemes, "auth scheme"), self.config, self
+        )
         self.enabled_schemes = self.enabled_schemes_for(self.config)
         #: this broker's name among several (:mod:`msgbroker.nodes`): ``--node-name``, or
         #: the host name and the first listener's port. A default whose port is 0 becomes
@@ -146,31 +118,15 @@ class Broker:
         self.node_name: str = node_name(self.config, self.listeners())
         #: engines by the URL schemes that pick them (``msgbroker_register_engines``)
         self.engines: dict[str, EngineSpec] = {}
-        self.plugins.register_engines(self._register_engine)
-        self.engine = self._engine_for(self.cluster_settings)
+        self.plugins.register_engines(add_engine(self.engines))
+        self.engine = engine_for(self.engines, self.cluster_settings)
         #: this node of a cluster, made at start for an engine other than ``memory``
         self.cluster: Cluster | None = None
         #: the TLS listeners' server context, made by :meth:`server_tls` for the first one
         self.tls: ServerTLS | None = None
         self._bind_hooks()
 
-    # -- registration ----------------------------------------------------------------------
-
-    def _register_protocol(self, spec: ProtocolSpec) -> None:
-        if spec.name in self.protocols:
-            raise ConfigError(f"two plugins register the protocol {spec.name!r}")
-        self.protocols[spec.name] = spec
-
-    def _register_scheme(self, scheme: AuthScheme) -> None:
-        if scheme.name in self.schemes:
-            raise ConfigError(f"two plugins register the auth scheme {scheme.name!r}")
-        self.schemes[scheme.name] = scheme
-
-    def _register_engine(self, spec: EngineSpec) -> None:
-        for scheme in spec.schemes:
-            if scheme in self.engines:
-                raise ConfigError(f"two plugins register the engine URL scheme {scheme!r}")
-            self.engines[scheme] = spec
+    # -- registration (registry.py) ---------------------------------------------------------
 
     @property
     def cluster_settings(self) -> ClusterSettings:
@@ -178,42 +134,10 @@ class Broker:
         settings = self.config.plugin_settings.get("cluster")
         return settings if isinstance(settings, ClusterSettings) else ClusterSettings()
 
-    def _engine_for(self, settings: ClusterSettings) -> EngineSpec | None:
-        """The engine ``--cluster`` picks; ConfigError for a scheme no plugin registers."""
-        scheme = url_scheme(settings.url)
-        spec = self.engines.get(scheme)
-        if spec is None and scheme != "memory":
-            known = ", ".join(sorted(self.engines)) or "none"
-            raise ConfigError(
-                f"no engine for --cluster {redact_url(settings.url)!r} (URL schemes: {known})"
-            )
-        return spec
-
     def enabled_schemes_for(self, config: BrokerConfig, warn: bool = True) -> tuple[str, ...]:
-        """The auth schemes ``config`` enables; ConfigError for one that is unknown or
-        cannot work (``cert`` without ``--tls-ca``). ``warn``: log that TLS listeners
-        without ``--tls-ca`` offer no ``cert`` (once, at start; not on every reload)."""
-        names = list(config.auth or ("open",))
-        # SSMP: "All servers that accept connections over TLS MUST allow authentication
-        # through client certificates."
-        # It needs a CA to verify certificates against: without --tls-ca none is requested.
-        has_tls = any(listener.is_tls for listener in self.listeners())
-        if has_tls and config.tls_ca and "cert" not in names:
-            names.append("cert")
-        elif "cert" in names and not config.tls_ca:
-            raise ConfigError("the cert scheme needs --tls-ca to verify client certificates")
-        elif has_tls and not config.tls_ca and warn:
-            log.warn(
-                "TLS listeners without --tls-ca: client certificates cannot be verified, "
-                "so the cert login scheme is not offered"
-            )
-        # a scheme its own settings enable (password with --users)
-        names += [name for name, scheme in self.schemes.items() if implied_by(scheme, config)]
-        for name in names:
-            if name not in self.schemes:
-                known = ", ".join(sorted(self.schemes)) or "none"
-                raise ConfigError(f"unknown auth scheme {name!r} (available: {known})")
-        return tuple(dict.fromkeys(names))
+        """The auth schemes ``config`` enables on this broker; ConfigError for one that is
+        unknown or cannot work (:func:`msgbroker.registry.enabled_schemes`)."""
+        return enabled_schemes(config, self.schemes, self.listeners(), warn)
 
     def _bind_hooks(self) -> None:
         """Resolve which observation hooks have implementations (hot-path rule)."""

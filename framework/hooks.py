@@ -28,11 +28,12 @@ from .sections import ConfigSection, check_sections
 
 if TYPE_CHECKING:
     from .auth import AuthResult, AuthScheme, LoginRequest
-    from .broker import Broker, ProtocolSpec
+    from .broker import Broker
     from .commands import Command
     from .config import BrokerConfig
     from .engine import EngineSpec
     from .message import Message, MessageRun, RouteResult
+    from .registry import ProtocolSpec
     from .session import Session
 
 _State = TypeVar("_State")

@@ -27,11 +27,12 @@ from .markers import hookspec
 
 if TYPE_CHECKING:
     from .auth import AuthResult, AuthScheme, LoginRequest
-    from .broker import Broker, ProtocolSpec
+    from .broker import Broker
     from .commands import RegisterCommand
     from .config import BrokerConfig
     from .engine import EngineSpec
     from .message import Message, MessageRun, RouteResult
+    from .registry import ProtocolSpec
     from .sections import ConfigSection
     from .session import Session
 

@@ -6,11 +6,11 @@ synchronously with bytes produced by the recipient's ``encode``. Recipients are 
 encoder so a message is encoded once per protocol per fan-out.
 
 The hub owns: the identity table (a new login kicks the old holder, whatever its protocol),
-exact topics, sbus-style topic patterns (:mod:`msgbroker.patterns`: indexed, a publish
-never scans every pattern), presence watchers and the ordering of presence events, unicast,
-multicast (never back to the sender, unless an sbus client asks for it), broadcast
-de-duplicated across shared topics, and per-recipient skips when a protocol cannot carry a
-message.
+exact topics (joining and leaving them: :mod:`msgbroker.membership`), sbus-style topic
+patterns (:mod:`msgbroker.patterns`: indexed, a publish never scans every pattern),
+presence watchers and the ordering of presence events, unicast, multicast (never back to
+the sender, unless an sbus client asks for it), broadcast de-duplicated across shared
+topics, and per-recipient skips when a protocol cannot carry a message.
 
 Ordering: every delivery is a synchronous ``send`` into the recipient's FIFO output, so two
 messages from one sender to one recipient keep their order, and a presence UNSUBSCRIBE event
@@ -22,16 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from . import membership
 from .errors import (
-    AlreadySubscribed,
     LimitExceeded,
     NoSuchIdentity,
     NotAllowed,
     NotSubscribed,
 )
-from .filters import Filter, FilterIndex
-from .message import ANONYMOUS, Encoder, Kind, Message, MessageRun, RouteResult
-from .patterns import CRED_PREFIX, PatternIndex
+from .filters import Filter
+from .message import ANONYMOUS, Encoder, Message, MessageRun, RouteResult
+from .patterns import PatternIndex
 from .queuerouting import route_with_queues
 from .queues import QueueGroup
 from .runs import multicast_run
@@ -40,7 +40,6 @@ from .topics import (
     HubStats,
     Peer,
     Topic,
-    presence_snapshot,
     sharing,
     with_filtered,
 )
@@ -64,7 +63,7 @@ class Hub:
         self.limits = limits or HubLimits()
         #: called with (peer, error) when a limit refuses a request, for logging
         self.on_limit: Callable[[Peer, LimitExceeded], None] | None = None
-        #: the most topics held since ``topics`` was last rebuilt (see _forget_topic)
+        #: the most topics held since ``topics`` was last rebuilt (see :mod:`msgbroker.membership`)
         self._topics_peak = 0
         #: called when the hub let go of a lot of memory (the broker trims the heap)
         self.on_release: Callable[[], None] | None = None
@@ -147,90 +146,14 @@ class Hub:
         acknowledges the subscription first, then sends the snapshot. Current watchers are
         told of the new member before this returns.
         """
-        identity = peer.identity
-        if identity is None or identity == ANONYMOUS:
-            raise NotAllowed("anonymous sessions cannot subscribe")
-        if topic_name in peer.subscriptions:
-            raise AlreadySubscribed(topic_name)
-        if topic_name.startswith(CRED_PREFIX):
-            # secret topics (sbus ``!/cred/<gid>/<uid>/<pid>/...``) go only to the sbus
-            # patterns of subscribers with those credentials (DECISIONS.md)
-            raise NotAllowed("secret topics are for sbus subscribers with those credentials")
-        self._check_subscriptions(peer)
-        topic = self.topics.get(topic_name)
-        new_group = None
-        if queue is not None and (topic is None or queue not in (topic.queues or {})):
-            new_group = self._new_queue_group(topic_name, queue)  # a cluster may refuse
-        if topic is None:
-            max_topics = self.limits.max_topics
-            if max_topics and len(self.topics) >= max_topics:
-                self._refuse(peer, LimitExceeded("max-topics", f"{len(self.topics)} topics"))
-            topic = self.topics[topic_name] = Topic(topic_name)
-            self._topics_peak = max(self._topics_peak, len(self.topics))
-        cluster = self.cluster
-        snapshot = presence_snapshot(topic, None) if presence else []
-        if presence and cluster is not None:
-            snapshot += cluster.presence_snapshot(topic_name)
-        first = not topic.members
-        topic.members[peer] = presence
-        filters = tuple(filters)
-        if queue is not None:
-            if topic.queues is None:
-                topic.queues = {}
-            queue_group = topic.queues.get(queue) or new_group
-            assert queue_group is not None  # made above when the topic had none
-            topic.queues[queue] = queue_group
-            self.stats.delivered += queue_group.add(peer, filters)
-        elif filters:
-            if topic.filtered is None:
-                topic.filtered = FilterIndex()
-            topic.filtered.add(peer, filters)
-        else:
-            group = topic.by_encoder.get(peer.encode)
-            if group is None:
-                group = topic.by_encoder[peer.encode] = {}
-            group[peer] = None
-        peer.subscriptions[topic_name] = topic
-        self.generation += 1
-        if topic.watchers:
-            event = Message(Kind.SUBSCRIBE, identity, peer.protocol, topic_name, presence=presence)
-            self._fan_out(event, topic.watchers, None)
-        if presence:
-            topic.watchers[peer] = None
-        if cluster is not None:
-            cluster.joined(peer, topic_name, presence, first)
-        return snapshot
-
-    def _new_queue_group(self, topic_name: str, queue: str) -> QueueGroup:
-        """A queue group of one node, or one of the whole cluster (which may refuse:
-        :class:`NotAllowed` when its engine cannot hold queue groups)."""
-        limit = self.limits.queue_backlog
-        if self.cluster is not None:
-            return self.cluster.queue_group(
-                topic_name, queue, limit, self._dropped, self._queue_delivered
-            )
-        return QueueGroup(
-            topic_name, queue, limit=limit, on_drop=self._dropped, on_deliver=self._queue_delivered
-        )
+        return membership.subscribe(self, peer, topic_name, presence, filters, queue)
 
     def watch(self, peer: Peer, topic_name: str) -> list[Message]:
         """Turn presence on for ``peer``, already a member of ``topic_name`` (a protocol
         whose second subscribe may ask for presence). Returns the snapshot as
         :meth:`subscribe` does, ``[]`` when ``peer`` watched already.
         :class:`NotSubscribed` when it is not a member."""
-        topic = peer.subscriptions.get(topic_name)
-        if topic is None:
-            raise NotSubscribed(topic_name)
-        if peer in topic.watchers:
-            return []
-        topic.members[peer] = True
-        topic.watchers[peer] = None
-        snapshot = presence_snapshot(topic, peer)
-        cluster = self.cluster
-        if cluster is not None:
-            snapshot += cluster.presence_snapshot(topic_name)
-            cluster.joined(peer, topic_name, True, False)
-        return snapshot
+        return membership.watch(self, peer, topic_name)
 
     def unsubscribe(self, peer: Peer, topic_name: str) -> None:
         """Remove ``peer`` from ``topic_name`` and tell the topic's presence watchers."""
@@ -239,32 +162,7 @@ class Hub:
         topic = peer.subscriptions.get(topic_name)
         if topic is None:
             raise NotSubscribed(topic_name)
-        self._leave(peer, topic)
-
-    def _leave(self, peer: Peer, topic: Topic) -> None:
-        self.generation += 1
-        del peer.subscriptions[topic.name]
-        del topic.members[peer]
-        topic.watchers.pop(peer, None)
-        group = topic.by_encoder.get(peer.encode)
-        queue = topic.queue_of(peer) if topic.queues else None
-        if group is not None and peer in group:
-            del group[peer]
-            if not group:
-                del topic.by_encoder[peer.encode]
-        elif queue is not None:
-            queue.remove(peer)
-            if not queue.members:
-                del topic.queues[queue.name]  # type: ignore[union-attr]
-        else:
-            topic.filtered.remove(peer)  # type: ignore[union-attr]
-        if not topic.members:
-            self._forget_topic(topic.name)
-        elif topic.watchers:
-            event = Message(Kind.UNSUBSCRIBE, peer.identity or ANONYMOUS, peer.protocol, topic.name)
-            self._fan_out(event, topic.watchers, None)
-        if self.cluster is not None:
-            self.cluster.left(peer, topic.name, not topic.members)
+        membership.leave(self, peer, topic)
 
     def subscribe_pattern(self, peer: Peer, pattern: str) -> None:
         """Deliver to ``peer`` every MCAST whose topic matches ``pattern`` (sbus rules: see
@@ -272,7 +170,7 @@ class Hub:
         times (it gets each message once). Checking that a peer may hold a secret
         (``!/cred/...``) pattern is its protocol's business. Patterns are not topic
         membership: no presence events, and no broadcasts."""
-        self._check_subscriptions(peer)
+        membership.check_subscriptions(self, peer)
         self.patterns.add(peer, pattern)
         self._pattern_groups.clear()
         self.generation += 1
@@ -288,35 +186,6 @@ class Hub:
             if self.cluster is not None:
                 self.cluster.pattern_removed(pattern)
         return removed
-
-    # -- limits ----------------------------------------------------------------------------
-
-    def _check_subscriptions(self, peer: Peer) -> None:
-        limit = self.limits.max_subscriptions
-        if limit:
-            held = len(peer.subscriptions)
-            if self.patterns:
-                held += self.patterns.count_of(peer)
-            if held >= limit:
-                self._refuse(peer, LimitExceeded("max-subscriptions", f"{held} held"))
-
-    def _refuse(self, peer: Peer, error: LimitExceeded) -> None:
-        self.stats.refused += 1
-        if self.on_limit is not None:
-            self.on_limit(peer, error)
-        raise error
-
-    def _forget_topic(self, name: str) -> None:
-        """Delete a topic nobody subscribes to any more. A dict never shrinks by deleting,
-        so after a flood of topics has gone (to a quarter of its peak) the table is rebuilt
-        and its memory returned."""
-        topics = self.topics
-        del topics[name]
-        if self._topics_peak > 4096 and len(topics) * 4 < self._topics_peak:
-            self.topics = dict(topics)
-            self._topics_peak = len(topics)
-            if self.on_release is not None:
-                self.on_release()
 
     def pattern_recipients(self, topic_name: str) -> dict[Encoder, dict[Peer, None]]:
         """The pattern subscribers (sbus) an MCAST on ``topic_name`` reaches, grouped by
@@ -342,7 +211,7 @@ class Hub:
         slow consumer) ends here.
         """
         for topic in list(peer.subscriptions.values()):
-            self._leave(peer, topic)
+            membership.leave(self, peer, topic)
         cluster = self.cluster
         if self.patterns:
             held = self.patterns.patterns_of(peer) if cluster is not None else ()

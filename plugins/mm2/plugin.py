@@ -16,10 +16,11 @@ from . import hookspecs
 from .extensions import registry_for
 
 if TYPE_CHECKING:
-    from msgbroker.broker import Broker, ProtocolSpec
+    from msgbroker.broker import Broker
     from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
     from msgbroker.connection import StreamFactory
+    from msgbroker.registry import ProtocolSpec
 
 __all__ = ["DEFAULT_ENDPOINT", "build_factory", "registry_for"]
 
@@ -48,7 +49,7 @@ COMMAND = LazyCommand(
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
     # the server side only here: the command line loads this module too, and needs none of it
-    from msgbroker.broker import ProtocolSpec
+    from msgbroker.registry import ProtocolSpec
 
     from .protocol import MM2ServerSession
 

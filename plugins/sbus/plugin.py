@@ -19,9 +19,10 @@ from msgbroker.commands import LazyCommand
 from .addresses import default_path
 
 if TYPE_CHECKING:
-    from msgbroker.broker import Broker, ProtocolSpec
+    from msgbroker.broker import Broker
     from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
+    from msgbroker.registry import ProtocolSpec
 
     from .seqpacket import SeqpacketServerEndpoint
     from .server import SbusFactory
@@ -55,7 +56,7 @@ COMMAND = LazyCommand(
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
     # the server side only here: the command line loads this module too, and needs none of it
-    from msgbroker.broker import ProtocolSpec
+    from msgbroker.registry import ProtocolSpec
 
     from .protocol import SbusServerSession
 

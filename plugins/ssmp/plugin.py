@@ -11,8 +11,8 @@ from msgbroker.commands import LazyCommand
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from msgbroker.broker import ProtocolSpec
     from msgbroker.commands import RegisterCommand
+    from msgbroker.registry import ProtocolSpec
 
 DEFAULT_ENDPOINT = "tcp:4444:interface=127.0.0.1"
 
@@ -28,7 +28,7 @@ COMMAND = LazyCommand(
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
     # the server side only here: the command line loads this module too, and needs none of it
-    from msgbroker.broker import ProtocolSpec
+    from msgbroker.registry import ProtocolSpec
 
     from .protocol import SSMPServerSession
 

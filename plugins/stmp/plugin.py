@@ -13,10 +13,11 @@ from msgbroker.commands import LazyCommand
 from . import hookspecs
 
 if TYPE_CHECKING:
-    from msgbroker.broker import Broker, ProtocolSpec
+    from msgbroker.broker import Broker
     from msgbroker.commands import RegisterCommand
     from msgbroker.config import Listener
     from msgbroker.connection import StreamFactory
+    from msgbroker.registry import ProtocolSpec
 
     from .router import ROUTER_STATE, Router, router_for
 
@@ -65,9 +66,10 @@ COMMAND = LazyCommand(
 @hookimpl
 def msgbroker_register_protocols(register: Callable[[ProtocolSpec], None]) -> None:
     # the server side only here: the command line loads this module too, and needs none of it
-    from msgbroker.broker import ProtocolSpec
+    from msgbroker.registry import ProtocolSpec
 
-    from .protocol import STMPServerSession, STMPWebSocketSession
+    from .protocol import STMPServerSession
+    from .websocket_session import STMPWebSocketSession
 
     register(
         ProtocolSpec(

@@ -1,8 +1,8 @@
-"""The STMP server session, sans-IO: bytes (TCP) or WebSocket messages in; hub calls,
-replies and timer requests out. :class:`STMPServerSession` reads the binary serialization
-on a byte stream (TCP, TLS, unix), :class:`STMPWebSocketSession` one WebSocket message at a
-time. The framework's ``Connection`` runs both; ``websocket.py`` is the autobahn glue,
-``encoders.py`` has the delivery encoders and each framing's serializer.
+"""The STMP server session, sans-IO: bytes in; hub calls, replies and timer requests out.
+:class:`STMPServerSession` reads the binary serialization on a byte stream (TCP, TLS,
+unix); its WebSocket variant, one WebSocket message at a time, is
+``websocket_session.py``'s. The framework's ``Connection`` runs both; ``websocket.py`` is
+the autobahn glue, ``encoders.py`` has the delivery encoders and each framing's serializer.
 """
 
 from __future__ import annotations
@@ -449,57 +449,6 @@ def _notify_failed(failure: Any, action: str) -> None:
     # (Failure.check takes a class's name too: no Twisted import for CancelledError)
     if not failure.check(STMPStatusError, "twisted.internet.defer.CancelledError"):
         log.failure("STMP notify handler for {action} failed", failure, action=action)
-
-
-class STMPWebSocketSession(STMPServerSession):
-    """STMP over WebSocket, one message per :meth:`message_received` (autobahn decodes the
-    frames): the text serialization in text frames, a payload-less text header pairing with
-    the binary frame after it; a binary frame on its own is one binary message without PS.
-    Replies use the form of their request; deliveries and pings that of the login request.
-
-    It opens with the TCP connection (connection limits and the login timeout cover the
-    handshake); the heartbeat starts once the WebSocket is open (:meth:`websocket_opened`).
-    While a login is pending what follows waits in autobahn's buffer: the glue stops
-    parsing while :attr:`holding`."""
-
-    encode = staticmethod(delivery_encoder("text", Encoding.JSON))
-    framing = "text"
-
-    def opened(self) -> None:
-        self.prepare()
-        self._text = codec.TextDecoder(self.max_payload)
-
-    def websocket_opened(self) -> None:
-        """The handshake is done."""
-        self.start_heartbeat()
-
-    def data_received(self, data: bytes) -> None:
-        """Bytes alone are one binary message."""
-        self.message_received(data, True)
-
-    def message_received(self, payload: bytes, binary: bool) -> None:
-        """One WebSocket message (``binary``: a binary frame, else a text frame)."""
-        if self.closed:
-            return
-        self._last_rx = self.timers.seconds()  # a header alone is traffic too
-        decoder = self._text
-        try:
-            paired = False
-            if binary:
-                paired = decoder.waiting_for_payload
-                framing = "text" if paired else "frame"
-                message: codec.Message | None = decoder.binary_frame(payload)
-            else:
-                framing = "text"
-                message = decoder.text_frame(payload.decode("utf-8"))
-        except (RemoteProtocolError, UnicodeDecodeError) as e:
-            self._protocol_error(str(e))
-            return
-        if message is not None:  # else a header: its payload is the next (binary) frame
-            self.received(message, framing, payload_frame=paired)
-
-    def release_kept(self) -> None:
-        pass  # autobahn keeps what arrived: parsed when reading resumes
 
 
 def _refused_login(request: Request, error: STMPStatusError) -> bool:

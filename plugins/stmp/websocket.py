@@ -1,5 +1,5 @@
 """STMP over WebSocket (``stmp-ws`` listeners): the autobahn glue of
-:class:`~.protocol.STMPWebSocketSession`, run by the framework's
+:class:`~.websocket_session.STMPWebSocketSession`, run by the framework's
 :class:`~msgbroker.connection.Connection` like any other connection.
 
 autobahn does the handshake and decodes what arrives; each message goes to the session
@@ -29,7 +29,7 @@ from msgbroker.reasons import CloseReason
 from msgbroker.timers import ReactorTimer
 
 from .encoders import binary_frame, text_frames, ws_frame
-from .protocol import STMPWebSocketSession
+from .websocket_session import STMPWebSocketSession
 
 # the framings' serializers moved to encoders.py; importers of this module still find them
 __all__ = ["STMPWebSocketFactory", "binary_frame", "text_frames", "ws_frame"]

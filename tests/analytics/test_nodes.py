@@ -123,7 +123,7 @@ def test_a_task_over_both_nodes_finds_what_tasks_over_each_find(cluster):
     """One task reading both nodes' segments (each step mixing nodes, received rows among
     them) and a task per node, merged, give the same partials: the shortcut for one node's
     rows is only a shortcut."""
-    from msgbroker.analytics import partials
+    from msgbroker.analytics import grains, partials
 
     def run(items):
         found = {}
@@ -142,8 +142,8 @@ def test_a_task_over_both_nodes_finds_what_tasks_over_each_find(cluster):
 
     together = run(items("east", "west"))
     apart = [run(items("east")), run(items("west"))]
-    for grain in partials.MAIN_GRAINS:
-        keys = [(k, "ascending") for k in partials.GRAINS[grain][0]]
+    for grain in grains.MAIN_GRAINS:
+        keys = [(k, "ascending") for k in grains.GRAINS[grain][0]]
         merged = partials.merge(grain, [t for found in apart for t in found[grain]])
         whole = partials.merge(grain, together[grain])
         assert whole.sort_by(keys).equals(merged.sort_by(keys)), grain

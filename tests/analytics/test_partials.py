@@ -1,6 +1,6 @@
-"""The report's map side (analytics/partials.py) without Spark: what a task computes from
-segments, how partials merge, how segments are cut into slices, damaged data, and that the
-code a task runs needs no msgbroker where it runs."""
+"""The report's map side (analytics/partials.py, and the aggregations in grains.py) without
+Spark: what a task computes from segments, how partials merge, how segments are cut into
+slices, damaged data, and that the code a task runs needs no msgbroker where it runs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from msgbroker.analytics import grains as grains_module
 from msgbroker.analytics import partials
+from msgbroker.analytics.grains import GRAINS, MAIN_GRAINS, TIMESTAMP, minute_of
 from tests.analytics.journal_data import (
     DAY1,
     DAY2,
@@ -57,7 +59,7 @@ def sample_items(sample_journal):
 def test_a_task_reduces_its_segments_to_the_grains(sample_items):
     grains, skipped = run(sample_items)
     assert skipped == []
-    assert set(grains) == set(partials.MAIN_GRAINS)
+    assert set(grains) == set(MAIN_GRAINS)
     # the run of 3 at 00:01:20 counts 3 messages, 3 x 3 deliveries; v1 rows count 1 each
     assert as_rows(grains["by_sender"], "kind", "minute", "sender", "messages", "delivered") == [
         ("bcast", at(DAY2, "00:00:00"), "alice", 1, 6),
@@ -100,10 +102,10 @@ def test_partials_of_any_split_merge_to_the_same_result(sample_items):
     for cut in range(1, len(sample_items)):
         first, _ = run(sample_items[:cut])
         second, _ = run(sample_items[cut:])
-        for grain in partials.MAIN_GRAINS:
+        for grain in MAIN_GRAINS:
             parts = [t[grain] for t in (first, second) if grain in t]
             merged = partials.merge(grain, parts)
-            keys = list(partials.GRAINS[grain][0])
+            keys = list(GRAINS[grain][0])
             assert merged.sort_by([(k, "ascending") for k in keys]).equals(
                 whole[grain].sort_by([(k, "ascending") for k in keys])
             ), (grain, cut)
@@ -150,14 +152,14 @@ def test_minutes_are_truncated_like_floor_temporal():
                 dt.datetime(1970, 1, 1, 0, 1, tzinfo=dt.UTC),
             ]
         ],
-        partials.TIMESTAMP,
+        TIMESTAMP,
     )
-    assert partials._minute(stamps).equals(pc.floor_temporal(stamps, unit="minute"))
+    assert minute_of(stamps).equals(pc.floor_temporal(stamps, unit="minute"))
 
 
 def test_empty_grains_have_the_columns_of_full_ones(sample_items):
     grains, _ = run(sample_items)
-    for grain in partials.MAIN_GRAINS:
+    for grain in MAIN_GRAINS:
         assert partials.empty(grain).schema == grains[grain].schema, grain
         assert partials.empty(grain).num_rows == 0
 
@@ -205,17 +207,24 @@ def test_a_task_shipped_by_value_runs_where_msgbroker_is_not_installed(sample_it
         [sys.executable, "-c", script], input=payload, capture_output=True, check=False
     )
     assert done.returncode == 0, done.stderr.decode()
-    assert done.stdout.decode().strip() == str(sorted(partials.MAIN_GRAINS))
+    assert done.stdout.decode().strip() == str(sorted(MAIN_GRAINS))
 
 
-def test_the_module_imports_only_the_standard_library_and_pyarrow():
-    source = Path(partials.__file__).read_text()
+@pytest.mark.parametrize("module", [partials, grains_module], ids=lambda m: m.__name__)
+def test_the_modules_shipped_by_value_import_only_the_standard_library_pyarrow_and_each_other(
+    module,
+):
+    source = Path(module.__file__).read_text()
     imports = {
-        line.split()[1].split(".")[0]
-        for line in source.splitlines()
-        if line.startswith(("import ", "from ")) and not line.startswith("from __future__")
+        name if name.startswith(".") else name.split(".")[0]
+        for name in (
+            line.split()[1]
+            for line in source.splitlines()
+            if line.startswith(("import ", "from ")) and not line.startswith("from __future__")
+        )
     }
-    assert imports <= {"datetime", "collections", "typing", "numpy", "pyarrow", "sys"}, imports
+    shipped = {"datetime", "collections", "typing", "numpy", "pyarrow", "sys", ".grains"}
+    assert imports <= shipped, imports
 
 
 def test_segments_whose_types_differ_after_reading_are_reduced_one_by_one(sample_items):

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from msgbroker.broker import ProtocolSpec
 from msgbroker.connection import Connection, ServerSession
 from msgbroker.message import Kind, Message
 from msgbroker.reasons import CloseReason
+from msgbroker.registry import ProtocolSpec
 from msgbroker.testing import MemoryWire, RecordingTransportLink, drive, make_broker
 
 
