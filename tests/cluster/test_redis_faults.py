@@ -18,11 +18,6 @@ from tests.ssmp.e2e_support import WAIT, twistd_broker
 HEARTBEAT = 0.5
 
 
-@pytest.fixture
-def redis(redis_server: RedisServer) -> RedisServer:
-    return redis_server
-
-
 def ssmp(node: Node, identity: str) -> BlockingSSMPClient:
     host, port = node.address("ssmp")
     return BlockingSSMPClient(host, port, identity)

@@ -5,10 +5,7 @@ member after queue-redeliver-after; filters apply where the message is read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from msgbroker.plugins.mm2.blocking import BlockingMM2Client
 from msgbroker.plugins.ssmp.client import BlockingSSMPClient
@@ -27,12 +24,6 @@ from tests.cluster.servers import RedisServer
 from tests.ssmp.e2e_support import WAIT, parse_address, twistd_broker
 
 REDELIVER = 0.6
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path / "redis") as server:
-        yield server
 
 
 def queue_nodes(redis: RedisServer, count: int = 2, **cluster: object):
