@@ -1,7 +1,8 @@
 """Faults on a real redis-server: a node killed with kill -9 is seen gone (presence events,
 identities freed) within the configured time; Redis restarted: every node keeps serving
 its own clients, reconnects, restores its subscriptions and identities, counts what could
-not cross; a Redis that stops reading never stalls local delivery."""
+not cross; a Redis that stops reading never stalls local delivery. The tests that take
+``engine`` run on NATS too (test_nats_faults.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ import pytest
 
 from msgbroker.plugins.ssmp.client import BlockingSSMPClient, SSMPError
 from tests.cluster.nodes import Node, cluster_nodes, log_lines
-from tests.cluster.servers import RedisServer
+from tests.cluster.servers import EngineServer, RedisServer
 from tests.ssmp.e2e_support import WAIT, twistd_broker
 
 HEARTBEAT = 0.5
+
+
+@pytest.fixture
+def engine(redis: RedisServer) -> EngineServer:
+    """The engine of the tests written for both (test_nats_faults.py runs them on NATS)."""
+    return redis
 
 
 def ssmp(node: Node, identity: str) -> BlockingSSMPClient:
@@ -24,12 +31,13 @@ def ssmp(node: Node, identity: str) -> BlockingSSMPClient:
 
 
 def test_a_node_killed_with_kill_9_is_gone_within_the_timeout(
-    redis: RedisServer, tmp_path: Path
+    engine: EngineServer, tmp_path: Path
 ) -> None:
-    with cluster_nodes(redis.url, count=2, cluster={"heartbeat": HEARTBEAT}) as (a, b):
+    url = engine.url
+    with cluster_nodes(url, count=2, cluster={"heartbeat": HEARTBEAT}) as (a, b):
         with twistd_broker(
             tmp_path, "--listen", "ssmp=tcp:0:interface=127.0.0.1", "--auth", "open",
-            "--cluster", redis.url, "--cluster-heartbeat", str(HEARTBEAT),
+            "--cluster", url, "--cluster-heartbeat", str(HEARTBEAT),
         ) as doomed:
             doomed.log.wait_for(r"cluster: node \S+ connected")
             with ssmp(a, "watcher") as watcher, BlockingSSMPClient(
@@ -46,8 +54,8 @@ def test_a_node_killed_with_kill_9_is_gone_within_the_timeout(
                 event = watcher.next_event(timeout=WAIT)
                 seen_at = a.call(a.reactor_seconds)
                 assert (event.sender, event.topic, event.subscribed) == ("victim", "room", False)
-                # seen gone within the timeout (1.5 heartbeats) and a check's quarter beat;
-                # the bound here leaves room for a loaded machine
+                # seen gone within the timeout (1.5 heartbeats) and a check's quarter beat,
+                # under 2 heartbeats; the bound here leaves room for a loaded machine
                 assert seen_at - killed_at < 4 * HEARTBEAT
                 b.until_free("victim")
                 with ssmp(b, "asker") as asker, pytest.raises(SSMPError) as refused:
@@ -83,15 +91,15 @@ def test_redis_restarted_every_node_serves_reconnects_and_restores(
             assert a.call(lambda: a.cluster.counters.connects) == 2
 
 
-def test_a_redis_that_stops_reading_never_stalls_local_delivery(redis: RedisServer) -> None:
+def test_an_engine_that_stops_reading_never_stalls_local_delivery(engine: EngineServer) -> None:
     with log_lines() as lines, cluster_nodes(
-        redis.url, count=2, cluster={"heartbeat": 30.0, "max-buffer": 64 << 10}
+        engine.url, count=2, cluster={"heartbeat": 30.0, "max-buffer": 64 << 10}
     ) as (a, b):
         with ssmp(a, "local") as local, ssmp(b, "remote") as remote:
             local.subscribe("bulk")
             remote.subscribe("bulk")
             a.until_interested("bulk")
-            redis.pause()
+            engine.pause()  # SIGSTOP: its connections stay open, it reads nothing
             try:
                 payload = b"x" * 1000
                 host, port = a.address("ssmp")
@@ -103,7 +111,7 @@ def test_a_redis_that_stops_reading_never_stalls_local_delivery(redis: RedisServ
                     raw.sendall(b"MCAST bulk last\n")
                     # a says so (once: the line is rate-limited) when it first drops
                     lines.wait_for("cluster: messages could not cross",
-                                   "a to drop what Redis does not take")
+                                   "a to drop what the engine does not take")
                     assert a.call(lambda: a.cluster.counters.dropped) > 0
                     received = 0
                     while True:  # every message reaches the local subscriber meanwhile
@@ -115,5 +123,10 @@ def test_a_redis_that_stops_reading_never_stalls_local_delivery(redis: RedisServ
                     status = a.call(lambda: dict(a.cluster.engine.status()))
                     assert status["buffered"] <= (64 << 10) + (256 << 10)
             finally:
-                redis.resume()
+                engine.resume()
             remote.ping()  # b stayed up all along
+            # once the server reads again, what was held goes: crossing works again
+            with ssmp(a, "pub2") as pub:
+                pub.mcast("bulk", b"resumed")
+                while (event := remote.next_event(timeout=WAIT)).payload != b"resumed":
+                    pass
