@@ -4,10 +4,13 @@ expiring key; nats-server restarted: every node keeps serving its own clients, r
 restores its subscriptions and identities (by asking the others), counts what could not
 cross; a paused nats-server never stalls local delivery.
 
-The kill -9 and paused-server tests are test_redis_faults.py's, run here on NATS (they
-take the ``engine`` fixture: tests/cluster/servers.py's ``EngineServer``)."""
+The kill -9 test is test_redis_faults.py's, run here on NATS (it takes the ``engine``
+fixture: tests/cluster/servers.py's ``EngineServer``); the others are written against
+``EngineServer`` too (kill, stop, start, pause)."""
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 
@@ -16,7 +19,6 @@ from tests.cluster.nodes import Node, cluster_nodes, log_lines
 from tests.cluster.servers import EngineServer, NatsServer
 from tests.cluster.test_redis_faults import (  # noqa: F401 - collected here too, on NATS
     test_a_node_killed_with_kill_9_is_gone_within_the_timeout,
-    test_an_engine_that_stops_reading_never_stalls_local_delivery,
 )
 from tests.ssmp.e2e_support import WAIT
 
@@ -70,6 +72,47 @@ def test_the_server_restarted_every_node_serves_reconnects_and_restores(
             pub.ucast("late", b"to who logged in meanwhile")
             assert late.next_event(timeout=WAIT).payload == b"to who logged in meanwhile"
             late.close()
+
+
+def test_a_paused_server_never_stalls_local_delivery(engine: NatsServer) -> None:
+    with log_lines() as lines, cluster_nodes(
+        engine.url, count=2, cluster={"heartbeat": 30.0, "max-buffer": 64 << 10}
+    ) as (a, b):
+        with ssmp(a, "local") as local, ssmp(b, "remote") as remote:
+            local.subscribe("bulk")
+            remote.subscribe("bulk")
+            a.until_interested("bulk")
+            engine.pause()
+            try:
+                payload = b"x" * 1000
+                host, port = a.address("ssmp")
+                with socket.create_connection((host, port), timeout=WAIT) as raw:
+                    raw.sendall(b"LOGIN pub open\n")
+                    assert raw.recv(16) == b"200\n"
+                    for _ in range(40):  # 40 x 250 x 1 KB: far more than the buffers hold
+                        raw.sendall(b"MCAST bulk %s\n" % payload * 250)
+                    raw.sendall(b"MCAST bulk last\n")
+                    # a says so (once: the line is rate-limited) when it first drops
+                    lines.wait_for("cluster: messages could not cross",
+                                   "a to drop what NATS does not take")
+                    assert a.call(lambda: a.cluster.counters.dropped) > 0
+                    received = 0
+                    while True:  # every message reaches the local subscriber meanwhile
+                        event = local.next_event(timeout=WAIT)
+                        received += 1
+                        if event.payload == b"last":
+                            break
+                    assert received == 40 * 250 + 1
+                    status = a.call(lambda: dict(a.cluster.engine.status()))
+                    assert status["buffered"] <= (64 << 10) + (256 << 10)
+            finally:
+                engine.resume()
+            remote.ping()  # b stayed up all along
+            # once the server reads again, what was held goes: crossing works again
+            with ssmp(a, "pub2") as pub:
+                pub.mcast("bulk", b"resumed")
+                while (event := remote.next_event(timeout=WAIT)).payload != b"resumed":
+                    pass
 
 
 def test_a_server_that_stops_answering_is_left_and_connected_to_again(
