@@ -41,6 +41,7 @@ from twisted.logger import Logger
 from . import clusterwire as wire
 from .clusterqueues import ClusterQueues
 from .clusterview import MemberEvent, RemoteNode, RemoteView
+from .clusterwatch import ClusterChanges
 from .engine import ClusterSettings, Engine, EngineContext, EngineSpec, queue_store
 from .errors import NoSuchIdentity, NotAllowed
 from .message import ANONYMOUS, Kind, Message, MessageRun
@@ -96,6 +97,8 @@ class Cluster:
         self.view = RemoteView()
         self.counters = ClusterCounters()
         self.connected = False
+        #: told after each change of what this node knows (see msgbroker.clusterwatch)
+        self.changes = ClusterChanges()
         #: identity -> our claims announced but not yet seen come back
         self._claims: dict[str, int] = {}
         #: local sbus patterns (never secret ones) -> copies held
@@ -419,6 +422,7 @@ class Cluster:
         )
         self._snapshotting = True
         self.engine.snapshot(None).addCallbacks(self._snapshot_read, self._snapshot_failed)
+        self.changes.notify()
 
     def _snapshot_read(self, states: dict[str, Any]) -> None:
         now = self.reactor.seconds()
@@ -443,11 +447,13 @@ class Cluster:
         waiters, self._synced_waiters = self._synced_waiters, []
         for d in waiters:
             d.callback(None)
+        self.changes.notify()
 
     def engine_lost(self, reason: str) -> None:
         if self.connected:
             log.info("cluster: lost the engine ({reason}); reconnecting", reason=reason)
         self.connected = False
+        self.changes.notify()
 
     def delivered(self, data: bytes) -> None:
         if data.startswith(self.header):
@@ -487,6 +493,7 @@ class Cluster:
 
     def chunk_done(self) -> None:
         self.broker.batcher.flush()
+        self.changes.notify()
 
     def announced(self, data: bytes) -> None:
         try:
@@ -543,10 +550,12 @@ class Cluster:
                 if op != wire.JOIN:
                     self._handle(node, op, changes)
             self.broker.batcher.flush()
+            self.changes.notify()  # a snapshot may complete on a timer, not in a chunk
 
         def failed(failure: Any) -> None:
             node.syncing = False
             self._log_trouble("snapshot", f"cluster: could not read node {node.name}'s state")
+            self.changes.notify()
 
         self.engine.snapshot([node.name]).addCallbacks(read, failed)
 
@@ -603,6 +612,7 @@ class Cluster:
         log.info("cluster: node {node} is gone ({why})", node=name, why=why)
         self._apply_events((events, []), announced=False)
         self.broker.batcher.flush()
+        self.changes.notify()  # on a timer too (a missed heartbeat), not in a chunk
 
     # -- troubles --------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from twisted.internet import defer
 
 from msgbroker.plugins.mm2.client import connect
 from tests.cluster.nodes import Node
-from tests.cluster.redis_support import wait_for
+from tests.cluster.servers import RedisServer
 
 TOPIC, GROUP = "jobs", "workers"
 #: the group's stream and its consumer group, as the Redis engine names them
@@ -132,22 +132,25 @@ def knows_group(node: Node, *members_on: Node, topic: str = TOPIC, group: str = 
     its own groups)."""
 
     def known() -> bool:
-        def look() -> bool:
-            queues = node.cluster.queues
-            remote = node.cluster.view.queues.get(topic, {}).get(group, {})
-            for other in members_on:
-                if other is node:
-                    if (topic, group) not in queues.groups:
-                        return False
-                elif other.name not in remote:
+        queues = node.cluster.queues
+        remote = node.cluster.view.queues.get(topic, {}).get(group, {})
+        for other in members_on:
+            if other is node:
+                if (topic, group) not in queues.groups:
                     return False
-            return True
+            elif other.name not in remote:
+                return False
+        return True
 
-        return bool(node.call(look))
-
-    wait_for(known, f"{node.name} to know the group's members")
+    node.until(known, f"{node.name} to know the group's members")
 
 
 def pending(redis: Any, stream: str = STREAM, group: str = GROUP) -> int:
     """How many entries of the group's stream are taken and not acknowledged."""
     return int(redis.command("XPENDING", stream, group)[0])
+
+
+def until_acknowledged(redis: RedisServer, what: str = "every entry acknowledged") -> None:
+    """Until no entry of the group's stream is pending: looked at again after each XACK
+    Redis runs (a node acknowledges without waiting for the reply)."""
+    redis.until(lambda: pending(redis) == 0, what, after=("XACK",))

@@ -2,8 +2,10 @@
 
 Each server runs from Debian's binary (scripts/setup installs them) as a child process on a
 free loopback port, in its own temporary directory, with no persistence unless a test asks
-for it. Start-up is waited for by connecting (Redis must answer PING, NATS must send its
-INFO), never by sleeping; a server is stopped by its PID (SIGTERM, then SIGKILL)::
+for it. Start-up is waited for on the server's own word: its output is read as a stream (and
+copied to its log file) until it says it is ready (Redis "Ready to accept connections", NATS
+"Server is ready") or exits, never by sleeping or polling; a server is stopped by its PID
+(SIGTERM, then SIGKILL); a pause returns once the kernel reports the process stopped::
 
     with RedisServer(tmp_path / "redis") as redis:
         redis.command("SET", "k", "v")
@@ -18,32 +20,42 @@ TLS only (``--tls-port``, ``--port 0``) with tests/certs.py's server certificate
 ``NatsServer`` takes the same two options (``--user``/``--pass``, ``--tls``).
 ``NatsServer(jetstream=True)`` turns JetStream on (off by default).
 
+What happens inside Redis is waited on as an event too: :meth:`RedisServer.until` looks
+again each time Redis runs one of the named commands (seen on a ``MONITOR`` connection),
+:meth:`RedisServer.until_gone` wakes on the key's deletion or expiry (keyspace
+notifications)::
+
+    redis.until(lambda: pending(redis) == 0, "every entry acknowledged", after=("XACK",))
+    redis.until_gone(stream, "the stream to expire")
+
 A server dies with the thread that started it (``PR_SET_PDEATHSIG``), so a crashed or killed
 test run leaves no engine behind: start servers from the test's own thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
 import pytest
+from attrs import define, field
 
-from tests.certs import PKI
+from tests.certs import PKI, Issued
 
 #: how long a start, a stop or a reply may take before the test fails
 WAIT = 15.0
-#: how often a start-up is polled (a connect attempt; not a sleep standing in for an event)
-_POLL = 0.005
 _PR_SET_PDEATHSIG = 1
 
 
@@ -85,6 +97,8 @@ class EngineServer:
 
     name = "server"
     host = "127.0.0.1"
+    #: the line of its output that says it serves (searched for in each line)
+    ready_line = re.compile(b"")
 
     def __init__(self, directory: Path, pki: PKI | None = None) -> None:
         self.directory = directory
@@ -94,6 +108,8 @@ class EngineServer:
         self.log_path = directory / f"{self.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
+        #: what the running process's output said so far
+        self._output = _Output()
 
     # -- what a subclass says
 
@@ -136,30 +152,55 @@ class EngineServer:
         raise ServerFailed(f"{self.name} found no free port")
 
     def _spawn(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command_line(),
-                cwd=self.directory,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - one prctl call, bound beforehand
-            )
+        self.process = subprocess.Popen(
+            self.command_line(),
+            cwd=self.directory,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - one prctl call, bound beforehand
+        )
         self.paused = False
+        output = self._output = _Output()
+        threading.Thread(
+            target=self._copy_output, args=(self.process, output),
+            name=f"{self.name}-{self.port}-output", daemon=True,
+        ).start()  # fmt: skip
+
+    def _copy_output(self, process: subprocess.Popen[bytes], output: _Output) -> None:
+        """Copy the process's output to its log file line by line, noting its ready line."""
+        assert process.stdout is not None
+        with process.stdout as lines, self.log_path.open("ab") as log:
+            for line in lines:
+                log.write(line)
+                log.flush()
+                if not output.ready and self.ready_line.search(line):
+                    output.ready = True
+                    output.said.set()
+        output.said.set()  # the output ended: it exited (or is about to)
+        output.ended.set()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                raise ServerFailed(f"{self.name} exited at start-up:\n{self.log_text()}")
-            try:
-                with self.connect(timeout=1.0) as sock:
-                    if self.probe(sock):
-                        return
-            except OSError:
-                pass
-            time.sleep(_POLL)
-        raise ServerFailed(f"{self.name} did not answer within {WAIT} s:\n{self.log_text()}")
+        """Wait for the ready line (or the end of the output); then it must answer its
+        probe."""
+        if not self._output.said.wait(WAIT):
+            self.kill()
+            raise ServerFailed(f"{self.name} did not say it is ready within {WAIT} s:\n"
+                               f"{self.log_text()}")
+        if not self._output.ready:
+            self._reap()  # its output ended: it exits, and the log is whole
+            raise ServerFailed(f"{self.name} exited at start-up:\n{self.log_text()}")
+        try:  # ready by its word: it must answer as a ready server does
+            with self.connect(timeout=WAIT) as sock:
+                answered = self.probe(sock)
+        except OSError as e:
+            self.kill()
+            raise ServerFailed(f"{self.name} said it is ready, then: {e}\n{self.log_text()}"
+                               ) from e
+        if not answered:
+            self.kill()
+            raise ServerFailed(f"{self.name} said it is ready, then answered otherwise:\n"
+                               f"{self.log_text()}")
 
     def stop(self) -> None:
         """SIGTERM (a clean shutdown: Redis writes its append-only file), then SIGKILL."""
@@ -186,11 +227,21 @@ class EngineServer:
         asynchronously: a thread on the other core could still answer for a moment)."""
         self._signal(signal.SIGSTOP)
         self.paused = True
-        deadline = time.monotonic() + WAIT
-        while not self._all_threads_stopped():
-            if time.monotonic() > deadline:
-                raise ServerFailed(f"{self.name} did not stop on SIGSTOP")
-            time.sleep(_POLL)
+        # the kernel reports a child stopped once its whole thread group is (waitid
+        # WSTOPPED); WNOWAIT leaves that report for nobody else to miss. In a helper
+        # thread, so that the wait has a deadline.
+        pid = self.pid
+        stopped = threading.Event()
+
+        def wait_stopped() -> None:
+            # ChildProcessError: it exited meanwhile (the check below says so)
+            with contextlib.suppress(ChildProcessError):
+                os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOWAIT)
+            stopped.set()
+
+        threading.Thread(target=wait_stopped, name=f"{self.name}-stop", daemon=True).start()
+        if not stopped.wait(WAIT) or not self._all_threads_stopped():
+            raise ServerFailed(f"{self.name} did not stop on SIGSTOP")
 
     def _all_threads_stopped(self) -> bool:
         for stat in Path(f"/proc/{self.pid}/task").glob("*/stat"):
@@ -218,6 +269,7 @@ class EngineServer:
             self.process.kill()
             self.process.wait(WAIT)
         self.paused = False
+        self._output.ended.wait(WAIT)  # the log is whole (a stop's last lines too)
 
     def __enter__(self) -> Self:
         self.start()
@@ -233,6 +285,9 @@ class EngineServer:
         sock = socket.create_connection((self.host, self.port), timeout=timeout)
         if self.pki is not None and self.tls_from_first_byte:
             context = ssl.create_default_context(cafile=str(self.pki.ca.cert_path))
+            if self.client_certificate is not None:
+                context.load_cert_chain(self.client_certificate.cert,
+                                        self.client_certificate.key)
             try:
                 return context.wrap_socket(sock, server_hostname="localhost")
             except BaseException:
@@ -241,9 +296,22 @@ class EngineServer:
         return sock
 
     tls_from_first_byte = True
+    #: what the fixture's own connections present when the server asks for a certificate
+    client_certificate: Issued | None = None
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@define
+class _Output:
+    """What a server process's output said: ``said`` is set at its ready line (``ready``)
+    or at its end; ``ended`` once all of it is in the log file."""
+
+    said: threading.Event = field(factory=threading.Event)
+    ready: bool = False
+    #: set once all of it is in the log file
+    ended: threading.Event = field(factory=threading.Event)
 
 
 class RedisServer(EngineServer):
@@ -251,6 +319,7 @@ class RedisServer(EngineServer):
     restarts (off: ``--save ''``, ``--appendonly no``, nothing is written)."""
 
     name = "redis"
+    ready_line = re.compile(b"Ready to accept connections")
 
     def __init__(
         self,
@@ -258,6 +327,7 @@ class RedisServer(EngineServer):
         *,
         password: str | None = None,
         pki: PKI | None = None,
+        client_certificates: bool = False,
         durable: bool = False,
         extra: tuple[str, ...] = (),
     ) -> None:
@@ -265,6 +335,13 @@ class RedisServer(EngineServer):
         self.password = password
         self.durable = durable
         self.extra = extra
+        #: TLS clients must present a certificate of the test CA (``--tls-auth-clients yes``;
+        #: the fixture's own connections present one)
+        self.client_certificates = client_certificates
+        if client_certificates:
+            if pki is None:
+                raise ValueError("client_certificates needs pki")
+            self.client_certificate = pki.client("redis-fixture")
 
     @property
     def url(self) -> str:
@@ -292,7 +369,7 @@ class RedisServer(EngineServer):
                 "--tls-cert-file", str(server.cert),
                 "--tls-key-file", str(server.key),
                 "--tls-ca-cert-file", str(self.pki.ca.cert_path),
-                "--tls-auth-clients", "no",
+                "--tls-auth-clients", "yes" if self.client_certificates else "no",
             ]
         if self.password is not None:
             line += ["--requirepass", self.password]
@@ -316,12 +393,71 @@ class RedisServer(EngineServer):
             sock.sendall(encode_command(*args))
             return reader.read()
 
+    def _session(self, timeout: float) -> tuple[socket.socket, RespReader]:
+        """A connection, logged in, and its reader."""
+        sock = self.connect(timeout=timeout)
+        reader = RespReader(sock)
+        if self.password is not None:
+            sock.sendall(encode_command("AUTH", self.password))
+            reader.read()
+        return sock, reader
+
+    def until(
+        self, check: Callable[[], bool], what: str, *, after: tuple[str, ...],
+        timeout: float = WAIT,
+    ) -> None:
+        """Wait until ``check()`` holds: now, or after one of the commands ``after`` (as
+        ``XACK``) ran in Redis, from any client or script — seen on a ``MONITOR`` connection,
+        so nothing is polled. ``check`` may ask Redis (its own commands do not wake it)."""
+        verbs = [b'"%s"' % verb.upper().encode() for verb in after]
+        deadline = time.monotonic() + timeout
+        sock, reader = self._session(timeout)
+        with sock:
+            sock.sendall(encode_command("MONITOR"))
+            if reader.read() != "OK":
+                raise RedisError("MONITOR refused")
+            # from here on, every command Redis runs is reported: none is missed
+            if check():
+                return
+            while True:
+                line = _read_before(sock, reader, deadline, what)
+                upper = line.upper()
+                if any(verb in upper for verb in verbs) and check():
+                    return
+
+    def until_gone(self, key: str, what: str, timeout: float = WAIT) -> None:
+        """Wait until ``key`` does not exist: now, or at its deletion or expiry (keyspace
+        notifications for generic commands and expiry, turned on here)."""
+        deadline = time.monotonic() + timeout
+        self.command("CONFIG", "SET", "notify-keyspace-events", "Kgx")
+        sock, reader = self._session(timeout)
+        with sock:
+            sock.sendall(encode_command("SUBSCRIBE", f"__keyspace@0__:{key}"))
+            reader.read()  # subscribed: from here on, no deletion is missed
+            while int(self.command("EXISTS", key)) != 0:
+                _read_before(sock, reader, deadline, what, raw=False)
+
+
+def _read_before(
+    sock: socket.socket, reader: RespReader, deadline: float, what: str, raw: bool = True
+) -> Any:
+    """The next reply (its first line with ``raw``), or TimeoutError naming ``what``."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError(f"still waiting for {what}")
+    sock.settimeout(remaining)
+    try:
+        return reader.read_raw() if raw else reader.read()
+    except TimeoutError:
+        raise TimeoutError(f"still waiting for {what}") from None
+
 
 class NatsServer(EngineServer):
     """``nats-server`` on a free port (no monitoring port); ``jetstream=True`` turns
     JetStream on with its store in this server's directory."""
 
     name = "nats"
+    ready_line = re.compile(b"Server is ready")
     # NATS sends its INFO in clear, then the client upgrades to TLS
     tls_from_first_byte = False
 

@@ -5,13 +5,10 @@ subscriptions refused, a node's state in parts within the server's max_payload."
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from twisted.logger import formatEvent, globalLogPublisher
 
 from msgbroker.plugins.mm2 import codec as mm2codec
 from msgbroker.plugins.mm2.blocking import BlockingMM2Client
@@ -22,8 +19,7 @@ from msgbroker.plugins.sbus.codec import Publish
 from msgbroker.plugins.ssmp.client import BlockingSSMPClient
 from tests.certs import make_pki
 from tests.cluster.nats_support import RawNats
-from tests.cluster.nodes import LISTENERS, Node, cluster_nodes
-from tests.cluster.redis_support import wait_for
+from tests.cluster.nodes import LISTENERS, Node, cluster_nodes, log_lines
 from tests.cluster.servers import NatsServer
 from tests.mm2.test_e2e import RawClient
 from tests.ssmp.e2e_support import WAIT, reactor_thread
@@ -52,20 +48,6 @@ def ssmp(node: Node, identity: str) -> BlockingSSMPClient:
     return BlockingSSMPClient(host, port, identity)
 
 
-@contextlib.contextmanager
-def log_lines() -> Iterator[list[str]]:
-    lines: list[str] = []
-
-    def observe(event: dict[str, Any]) -> None:
-        lines.append(formatEvent(event))
-
-    globalLogPublisher.addObserver(observe)
-    try:
-        yield lines
-    finally:
-        globalLogPublisher.removeObserver(observe)
-
-
 #: MM2 destinations are printable ASCII: spaces, dots and NATS wildcards in them
 AWKWARD = ["a b.c", "price *.>", "price x.y", "*", ">", "a.*", "a.b", "%41", "a..b", " "]
 
@@ -83,7 +65,7 @@ def test_topics_of_every_shape_cross_as_themselves_never_as_wildcards(
         spy.sub(b"msgbroker.t.>")
         for index, topic in enumerate(AWKWARD):
             (sub_b if index % 2 else sub_c).subscribe(topic)
-        wait_for(lambda: all(a.interested(t) for t in AWKWARD), "a to know every topic")
+        a.until_interested(*AWKWARD, what="a to know every topic")
         for topic in AWKWARD:
             pub.publish(topic, topic.encode())
         for index, topic in enumerate(AWKWARD):
@@ -105,8 +87,8 @@ def test_non_ascii_and_undecodable_topics_cross(nodes: list[Node]) -> None:
         for key in keys:
             sub.subscribe(key)
         sub.sync()
-        wait_for(lambda: all(a.interested(k.decode("utf-8", "surrogateescape")) for k in keys),
-                 "a to know b's patterns")
+        a.until_interested(*(k.decode("utf-8", "surrogateescape") for k in keys),
+                           what="a to know b's patterns")
         for key in keys:
             pub.publish(key, key)
         for key in keys:
@@ -131,7 +113,7 @@ def test_malformed_messages_on_every_subject_are_counted_and_skipped(
     a, b, _ = nodes
     with ssmp(b, "sub") as sub, ssmp(a, "pub") as pub, RawNats(nats_server) as raw:
         sub.subscribe("t1")
-        wait_for(lambda: a.interested("t1"), "a to know b's interest")
+        a.until_interested("t1")
         node = codec.topic_token(b.name)
         for subject in (b"msgbroker.t.t1", b"msgbroker.a", b"msgbroker.n." + node):
             raw.pub(subject, b"\x93\x01garbage")
@@ -141,11 +123,8 @@ def test_malformed_messages_on_every_subject_are_counted_and_skipped(
         raw.pub(b"msgbroker.r." + node + b".x", b"\x95\x01\xa1n\x00\x01\x90")
         raw.sync()
 
-        def skipped() -> int:
-            return int(b.call(lambda: b.cluster.counters.skipped
-                              + b.cluster.engine.status()["skipped"]))
-
-        wait_for(lambda: skipped() >= 9, "b to skip them all")
+        b.until(lambda: b.cluster.counters.skipped + b.cluster.engine.status()["skipped"] >= 9,
+                "b to skip them all")
         pub.mcast("t1", b"still fine")
         assert sub.next_event(timeout=WAIT).payload == b"still fine"
         assert b.call(lambda: b.cluster.connected)
@@ -160,14 +139,13 @@ def test_a_password_a_token_and_neither_ever_in_the_log(tmp_path: Path) -> None:
             with cluster_nodes(url, count=2, cluster={"password-file": str(good)}) as (a, b):
                 with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
                     sub.subscribe("t")
-                    wait_for(lambda: a.interested("t"), "a to know b's interest")
+                    a.until_interested("t")
                     pub.mcast("t", b"through a password")
                     assert sub.next_event(timeout=WAIT).payload == b"through a password"
             wrong = Node(reactor_thread(), f"nats://bob:wrong-s3cret@127.0.0.1:{nats.port}",
                          LISTENERS, {"heartbeat": 0.2}, {})
             try:
-                wait_for(lambda: any("Authorization Violation" in line for line in lines),
-                         "the refusal to be logged")
+                lines.wait_for("Authorization Violation", "the refusal to be logged")
                 assert not wrong.call(lambda: wrong.cluster.connected)
             finally:
                 wrong.stop()
@@ -193,15 +171,14 @@ def test_tls_to_nats_with_the_cluster_ca_and_a_client_certificate(tmp_path: Path
         with cluster_nodes(url, count=2, cluster=settings) as (a, b):
             with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
                 sub.subscribe("secure")
-                wait_for(lambda: a.interested("secure"), "a to know b's interest")
+                a.until_interested("secure")
                 pub.mcast("secure", b"over TLS")
                 assert sub.next_event(timeout=WAIT).payload == b"over TLS"
         # without a client certificate the server refuses: logged, never connected
         with log_lines() as lines:
             alone = Node(reactor_thread(), url, LISTENERS, {"tls-ca": str(pki.ca.cert_path)}, {})
             try:
-                wait_for(lambda: any("before it was ready" in line for line in lines),
-                         "the failure to be logged")
+                lines.wait_for("before it was ready", "the failure to be logged")
                 assert not alone.call(lambda: alone.cluster.connected)
             finally:
                 alone.stop()
@@ -212,7 +189,7 @@ def test_a_large_state_crosses_in_parts_and_a_too_large_publication_is_counted(
 ) -> None:
     config = tmp_path / "nats.conf"
     config.write_text("max_payload: 4096\n")
-    with NatsServer(tmp_path / "n", extra=("-c", str(config))) as nats:
+    with log_lines() as lines, NatsServer(tmp_path / "n", extra=("-c", str(config))) as nats:
         with cluster_nodes(nats.url, count=1) as (a,):
             with ssmp(a, "many") as many:
                 topics = [f"topic-{i:04d}-{'x' * 40}" for i in range(300)]  # ~25 KB of state
@@ -221,13 +198,14 @@ def test_a_large_state_crosses_in_parts_and_a_too_large_publication_is_counted(
                 many.ping()
                 with cluster_nodes(nats.url, count=1) as (b,):
                     # b learned a's whole state by asking, in parts of at most 4 KB
-                    wait_for(lambda: all(b.interested(t) for t in topics), "b to read a's state")
+                    b.until_interested(*topics, what="b to read a's state")
                     with mm2(b, "pub") as pub:
                         pub.publish(topics[-1], b"small")
                         assert many.next_event(timeout=WAIT).payload == b"small"
                         pub.publish(topics[0], b"x" * 5000)  # above max_payload: not sent
-                        wait_for(lambda: b.call(lambda: b.cluster.counters.dropped) == 1,
-                                 "the drop to be counted")
+                        lines.wait_for("cluster: messages could not cross",
+                                       "the drop to be counted")
+                        assert b.call(lambda: b.cluster.counters.dropped) == 1
                         assert b.call(lambda: b.cluster.engine.status()["too_big"]) == 1
                         pub.publish(topics[0], b"after")
                         assert many.next_event(timeout=WAIT).payload == b"after"

@@ -8,19 +8,13 @@ from pathlib import Path
 import pytest
 
 from msgbroker.plugins.ssmp.client import BlockingSSMPClient, SSMPError
-from tests.cluster.nodes import Node, cluster_nodes
-from tests.cluster.redis_support import RedisServer, redis_server, wait_for
+from tests.cluster.nodes import Node, cluster_nodes, log_lines
+from tests.cluster.servers import RedisServer
 
 
 @pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
-def nodes(redis: RedisServer) -> Iterator[list[Node]]:
-    with cluster_nodes(redis.url) as nodes:
+def nodes(redis_server: RedisServer) -> Iterator[list[Node]]:
+    with cluster_nodes(redis_server.url) as nodes:
         yield nodes
 
 
@@ -33,7 +27,7 @@ def test_mcast_crosses_to_the_nodes_with_subscribers_only(nodes: list[Node]) -> 
     a, b, c = nodes
     with ssmp(a, "pub") as pub, ssmp(b, "sub-b") as sub_b, ssmp(c, "sub-c") as sub_c:
         sub_b.subscribe("news")
-        wait_for(lambda: a.interested("news"), "a to know b's interest")
+        a.until_interested("news")
         assert not a.interested("other")
         pub.mcast("news", b"hello")
         event = sub_b.next_event(timeout=5)
@@ -50,7 +44,7 @@ def test_ucast_to_an_identity_on_another_node_and_404_when_nobody_holds_it(
 ) -> None:
     a, b, _ = nodes
     with ssmp(a, "alice") as alice, ssmp(b, "bob") as bob:
-        wait_for(lambda: a.holds_remotely("bob"), "a to know where bob is")
+        a.until_holds("bob")
         alice.ucast("bob", b"hi bob")
         event = bob.next_event(timeout=5)
         assert (event.sender, event.kind, event.to, event.payload) == (
@@ -67,7 +61,7 @@ def test_metrics_say_what_crossed(nodes: list[Node]) -> None:
     a, b, _ = nodes
     with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
         sub.subscribe("m")
-        wait_for(lambda: a.interested("m"), "a to know b's interest")
+        a.until_interested("m")
         pub.mcast("m", b"one")
         sub.next_event(timeout=5)
 
@@ -97,44 +91,32 @@ def test_a_node_that_stops_says_bye_and_is_gone_at_once(nodes: list[Node]) -> No
         c.stop()  # long before a heartbeat could be missed (heartbeat 0.2 s, but a bye)
         event = watcher.next_event(timeout=5)
         assert (event.sender, event.subscribed) == ("leaving", False)
-        wait_for(lambda: not a.sees(c) and not b.sees(c), "a and b to forget c")
+        a.until_forgets(c)
+        b.until_forgets(c)
         assert a.call(lambda: a.cluster.counters.nodes_gone) == 1
 
 
 def test_a_password_protected_redis_and_a_password_that_never_shows(tmp_path: Path) -> None:
-    from twisted.logger import globalLogPublisher
-
     from tests.cluster.nodes import LISTENERS
     from tests.ssmp.e2e_support import reactor_thread
 
-    lines: list[str] = []
-
-    def observe(event: dict[str, object]) -> None:
-        from twisted.logger import formatEvent
-
-        lines.append(formatEvent(event))
-
-    globalLogPublisher.addObserver(observe)
-    try:
-        with redis_server(tmp_path, "--requirepass", "s3cret-pw") as redis:
+    with log_lines() as lines:
+        with RedisServer(tmp_path / "redis", password="s3cret-pw") as redis:
             good = tmp_path / "password"
             good.write_text("s3cret-pw\n")
             with cluster_nodes(redis.url, count=2, cluster={"password-file": str(good)}) as (a, b):
                 with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
                     sub.subscribe("t")
-                    wait_for(lambda: a.interested("t"), "a to know b's interest")
+                    a.until_interested("t")
                     pub.mcast("t", b"through a password")
                     assert sub.next_event(timeout=5).payload == b"through a password"
             url = f"redis://:wrong-s3cret@127.0.0.1:{redis.port}"
             wrong = Node(reactor_thread(), url, LISTENERS, {"heartbeat": 0.2}, {})
             try:
-                wait_for(lambda: any("refused the connection" in line for line in lines),
-                         "the refusal to be logged")
+                lines.wait_for("refused the connection", "the refusal to be logged")
                 assert not wrong.call(lambda: wrong.cluster.connected)
             finally:
                 wrong.stop()
-    finally:
-        globalLogPublisher.removeObserver(observe)
     text = "\n".join(lines)
     assert "s3cret" not in text
     assert "redis://:***@127.0.0.1" in text
@@ -145,18 +127,15 @@ def test_rediss_with_a_ca_and_a_client_certificate(tmp_path: Path) -> None:
 
     pki = make_pki(tmp_path / "pki")
     client = pki.client("node")
-    tls = (
-        "--tls-cert-file", str(pki.server.cert), "--tls-key-file", str(pki.server.key),
-        "--tls-ca-cert-file", str(pki.ca.cert_path), "--tls-auth-clients", "yes",
-    )
-    with redis_server(tmp_path, *tls, tls=True) as redis:
+    with RedisServer(tmp_path / "redis", pki=pki, client_certificates=True) as redis:
         settings = {
             "tls-ca": str(pki.ca.cert_path), "tls-cert": str(client.cert),
             "tls-key": str(client.key),
         }
-        with cluster_nodes(redis.url, count=2, cluster=settings) as (a, b):
+        url = f"rediss://localhost:{redis.port}"  # the certificate's name, not its address
+        with cluster_nodes(url, count=2, cluster=settings) as (a, b):
             with ssmp(a, "pub") as pub, ssmp(b, "sub") as sub:
                 sub.subscribe("secure")
-                wait_for(lambda: a.interested("secure"), "a to know b's interest")
+                a.until_interested("secure")
                 pub.mcast("secure", b"over TLS")
                 assert sub.next_event(timeout=5).payload == b"over TLS"

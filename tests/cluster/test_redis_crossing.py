@@ -18,22 +18,16 @@ from msgbroker.plugins.sbus.codec import Publish
 from msgbroker.plugins.ssmp.client import BlockingSSMPClient, SSMPError
 from msgbroker.plugins.stmp.blocking import BlockingSTMPClient
 from tests.cluster.nodes import LISTENERS, Node, cluster_nodes
-from tests.cluster.redis_support import RedisServer, redis_server, wait_for
+from tests.cluster.servers import RedisServer
 from tests.ssmp.e2e_support import WAIT
 
 
 @pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
-def nodes(redis: RedisServer, tmp_path: Path) -> Iterator[list[Node]]:
+def nodes(redis_server: RedisServer, tmp_path: Path) -> Iterator[list[Node]]:
     def listeners(index: int) -> tuple[str, ...]:
         return (*LISTENERS, f"sbus=unix:{tmp_path}/bus{index}")
 
-    with cluster_nodes(redis.url, listeners=listeners) as nodes:
+    with cluster_nodes(redis_server.url, listeners=listeners) as nodes:
         yield nodes
 
 
@@ -52,8 +46,8 @@ def test_bcast_reaches_every_node_sharing_a_topic_once(nodes: list[Node]) -> Non
         for client in (alice, bob, carol):
             client.subscribe("room")
             client.subscribe("hall")  # two shared topics: still one copy each
-        wait_for(lambda: a.call(lambda: a.cluster.view.nodes_in(["room"])) == {b.name, c.name},
-                 "a to know who is in the room")
+        a.until(lambda: a.cluster.view.nodes_in(["room"]) == {b.name, c.name},
+                "a to know who is in the room")
         alice.bcast(b"to all")
         for client in (bob, carol):
             event = client.next_event(timeout=WAIT)
@@ -70,15 +64,14 @@ def test_a_login_on_another_node_kicks_the_holder(nodes: list[Node]) -> None:
         first.subscribe("room")
         event = watcher.next_event(timeout=WAIT)
         assert (event.sender, event.subscribed) == ("dora", True)
-        wait_for(lambda: c.holds_remotely("dora"), "c to know dora")
+        c.until_holds("dora")
         with ssmp(c, "dora") as second:
             # the holder on b is closed, and its departure announced to a's watcher
             event = watcher.next_event(timeout=WAIT)
             assert (event.sender, event.topic, event.subscribed) == ("dora", "room", False)
             with pytest.raises((ConnectionError, OSError, SSMPError, TimeoutError)):
                 first.ping()
-            wait_for(lambda: a.call(lambda: a.cluster.view.identities.get("dora")) == c.name,
-                     "a to know dora is on c")
+            a.until_holds("dora", where=c)
             watcher.ucast("dora", b"where are you")
             assert second.next_event(timeout=WAIT).payload == b"where are you"
         first.close()
@@ -88,7 +81,7 @@ def test_presence_snapshot_and_events_across_nodes(nodes: list[Node]) -> None:
     a, b, c = nodes
     with ssmp(c, "carol") as carol:
         carol.subscribe("lobby", presence=True)
-        wait_for(lambda: a.interested("lobby"), "a to know the lobby")
+        a.until_interested("lobby")
         with ssmp(a, "watcher") as watcher:
             watcher.subscribe("lobby", presence=True)
             snapshot = watcher.next_event(timeout=WAIT)
@@ -121,8 +114,8 @@ def test_every_protocol_to_every_protocol_with_filters_on_the_receiving_node(
         filtered.subscribe("prices", filters=["price>=N10"])
         stmp_sub.subscribe("prices")
         ssmp_sub.subscribe("prices")
-        wait_for(lambda: a.call(lambda: set(a.cluster.view.topic_nodes.get("prices", ())))
-                 == {b.name, c.name}, "a to know both nodes want prices")
+        a.until(lambda: set(a.cluster.view.topic_nodes.get("prices", ())) == {b.name, c.name},
+                "a to know both nodes want prices")
         mm2_host_a, mm2_port_a = a.address("mm2")
         with BlockingMM2Client(mm2_host_a, mm2_port_a, "mm2-pub") as pub:
             pub.publish("prices", b"cheap", {"price": 5})
@@ -155,7 +148,7 @@ def test_sbus_patterns_receive_across_nodes_and_secret_topics_stay_home(
         sub.sync()
         local_sub.subscribe(secret[: secret.rindex(b"/") + 1])
         local_sub.sync()
-        wait_for(lambda: a.interested("dev/kitchen/temp"), "a to know b's pattern")
+        a.until_interested("dev/kitchen/temp")
         assert not a.interested("dev/kitchen/humidity")
         assert not a.interested(secret.decode())
         with sbus(a) as sbus_pub:
@@ -170,8 +163,8 @@ def test_sbus_patterns_receive_across_nodes_and_secret_topics_stay_home(
             sub.unsubscribe(b"dev/*/temp")
             sub.subscribe(b"dev/hall/*")
             sub.sync()
-            wait_for(lambda: not a.interested("dev/kitchen/temp")
-                     and a.interested("dev/hall/temp"), "a to see the change")
+            a.until(lambda: not a.cluster.interested("dev/kitchen/temp")
+                    and a.cluster.interested("dev/hall/temp"), "a to see the change")
             sbus_pub.publish(b"dev/kitchen/temp", b"no longer")
             sbus_pub.publish(b"dev/hall/temp", b"still")
             assert sub.receive(timeout=WAIT) == Publish(b"dev/hall/temp", b"still")
@@ -181,7 +174,7 @@ def test_a_pipelined_run_crosses_as_one_publication(nodes: list[Node]) -> None:
     a, b, _ = nodes
     with ssmp(b, "sub") as sub:
         sub.subscribe("fast")
-        wait_for(lambda: a.interested("fast"), "a to know b's interest")
+        a.until_interested("fast")
         before = a.call(lambda: a.cluster.counters.publications_out)
         host, port = a.address("ssmp")
         with socket.create_connection((host, port)) as raw:
@@ -198,16 +191,16 @@ def test_a_pipelined_run_crosses_as_one_publication(nodes: list[Node]) -> None:
 
 
 def test_malformed_and_foreign_publications_are_counted_and_skipped(
-    nodes: list[Node], redis: RedisServer
+    nodes: list[Node], redis_server: RedisServer
 ) -> None:
     a, b, _ = nodes
     with ssmp(b, "sub") as sub, ssmp(a, "pub") as pub:
         sub.subscribe("t1")
-        wait_for(lambda: a.interested("t1"), "a to know b's interest")
+        a.until_interested("t1")
         for channel in ("msgbroker:t:t1", "msgbroker:ctl", f"msgbroker:n:{b.name}"):
-            redis.command("PUBLISH", channel, "\x93\x01garbage")
-            redis.command("PUBLISH", channel, "not msgpack at all \xff")
-        wait_for(lambda: b.call(lambda: b.cluster.counters.skipped) >= 6, "b to skip them")
+            redis_server.command("PUBLISH", channel, "\x93\x01garbage")
+            redis_server.command("PUBLISH", channel, "not msgpack at all \xff")
+        b.until(lambda: b.cluster.counters.skipped >= 6, "b to skip them")
         pub.mcast("t1", b"still fine")
         assert sub.next_event(timeout=WAIT).payload == b"still fine"
 
@@ -217,8 +210,8 @@ def test_order_is_kept_across_topics_and_kinds_within_one_chunk(nodes: list[Node
     with ssmp(b, "sub") as sub:
         sub.subscribe("t1")
         sub.subscribe("t2")
-        wait_for(lambda: a.interested("t1") and a.interested("t2") and a.holds_remotely("sub"),
-                 "a to know b's interest")
+        a.until(lambda: a.cluster.interested("t1") and a.cluster.interested("t2")
+                and "sub" in a.cluster.view.identities, "a to know b's interest")
         host, port = a.address("ssmp")
         with socket.create_connection((host, port)) as raw:
             raw.sendall(b"LOGIN pub open\n")
@@ -234,7 +227,7 @@ def test_order_is_kept_across_topics_and_kinds_within_one_chunk(nodes: list[Node
 
 
 def test_each_journal_counts_a_crossing_message_where_it_was_published(
-    redis: RedisServer, tmp_path: Path
+    redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """A message published on A and delivered on B is in both journals; B's row names A as
     its origin, so a report over both counts the message once (docs/journal.md)."""
@@ -243,10 +236,10 @@ def test_each_journal_counts_a_crossing_message_where_it_was_published(
     def journal(index: int) -> dict[str, dict[str, str]]:
         return {"journal": {"directory": str(tmp_path / f"journal{index}")}}
 
-    with cluster_nodes(redis.url, count=2, sections=journal) as (a, b):
+    with cluster_nodes(redis_server.url, count=2, sections=journal) as (a, b):
         with ssmp(a, "alice") as alice, ssmp(b, "bob") as bob:
             bob.subscribe("news")
-            wait_for(lambda: a.interested("news"), "a to know b wants news")
+            a.until_interested("news")
             alice.mcast("news", b"once")
             assert bob.next_event(timeout=WAIT).payload == b"once"
         a_name, b_name = a.name, b.name
@@ -268,7 +261,7 @@ def test_sys_topics_are_each_nodes_own_and_never_cross(nodes: list[Node]) -> Non
     with ssmp(a, "alice") as alice, ssmp(b, "bob") as bob:
         bob.subscribe("_sys/broker/connections")
         bob.subscribe("news")
-        wait_for(lambda: a.interested("news"), "a to know b wants news")
+        a.until_interested("news")
         assert not a.interested("_sys/broker/connections")
         alice.mcast("_sys/broker/connections", b"from a")
         alice.mcast("news", b"after it")

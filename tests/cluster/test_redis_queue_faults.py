@@ -10,8 +10,14 @@ from pathlib import Path
 
 from msgbroker.plugins.mm2.blocking import BlockingMM2Client
 from tests.cluster.nodes import Node, cluster_nodes
-from tests.cluster.queue_support import TOPIC, Member, Tally, knows_group, pending
-from tests.cluster.redis_support import wait_for
+from tests.cluster.queue_support import (
+    TOPIC,
+    Member,
+    Tally,
+    knows_group,
+    pending,
+    until_acknowledged,
+)
 from tests.cluster.servers import RedisServer
 
 SETTINGS = {"heartbeat": 0.2, "queue-redeliver-after": 0.6}
@@ -27,10 +33,6 @@ def publish(node: Node, identity: str, payloads: list[bytes]) -> None:
         assert pub.wait_acked()
 
 
-def connected(node: Node) -> bool:
-    return bool(node.call(lambda: node.cluster.connected))
-
-
 def test_while_redis_restarts_each_node_shares_its_own_messages_then_the_cluster_again(
     tmp_path: Path,
 ) -> None:
@@ -42,7 +44,8 @@ def test_while_redis_restarts_each_node_shares_its_own_messages_then_the_cluster
         for node in (a, b):
             knows_group(node, a, b)
         redis.stop()
-        wait_for(lambda: not connected(a) and not connected(b), "the nodes to lose Redis")
+        a.until_connected(False)
+        b.until_connected(False)
         publish(a, "pub-a", [b"a%d" % i for i in range(10)])
         a.call(tally.when, 10)
         # a's members shared a's messages; b's member got none of them
@@ -59,7 +62,7 @@ def test_while_redis_restarts_each_node_shares_its_own_messages_then_the_cluster
         assert tally.duplicates() == {}
         assert len(tally.got) == 210
         assert tally.by_member().get("b1", 0) > 0  # across the nodes again
-        wait_for(lambda: pending(redis) == 0, "every entry acknowledged")
+        until_acknowledged(redis)
         for member in members:
             member.close()
 
@@ -74,7 +77,7 @@ def test_a_node_without_members_counts_what_it_cannot_store_while_redis_is_away(
         member = Member(b, "b1", tally)
         knows_group(a, b)
         redis.stop()
-        wait_for(lambda: not connected(a), "a to lose Redis")
+        a.until_connected(False)
         publish(a, "pub", [b"lost%d" % i for i in range(7)])
         assert a.call(lambda: a.cluster.queues.counters.dropped) == 7
         redis.start()
@@ -109,7 +112,7 @@ def test_a_redis_that_keeps_its_data_keeps_the_queue_and_what_members_hold(
         member.ack_all()
         a.call(tally.when, 10)
         member.ack_all()
-        wait_for(lambda: pending(redis) == 0, "every entry acknowledged")
+        until_acknowledged(redis)
         assert sorted(tally.got) == sorted(b"m%d" % i for i in range(10))
         assert tally.duplicates() == {}
         assert a.call(lambda: a.cluster.queues.counters.claimed) == 0

@@ -5,10 +5,7 @@ member after queue-redeliver-after; filters apply where the message is read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from msgbroker.plugins.mm2.blocking import BlockingMM2Client
 from msgbroker.plugins.ssmp.client import BlockingSSMPClient
@@ -21,18 +18,12 @@ from tests.cluster.queue_support import (
     Tally,
     knows_group,
     pending,
+    until_acknowledged,
 )
-from tests.cluster.redis_support import wait_for
 from tests.cluster.servers import RedisServer
 from tests.ssmp.e2e_support import WAIT, parse_address, twistd_broker
 
 REDELIVER = 0.6
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path / "redis") as server:
-        yield server
 
 
 def queue_nodes(redis: RedisServer, count: int = 2, **cluster: object):
@@ -68,7 +59,7 @@ def test_each_message_reaches_exactly_one_member_across_nodes(redis: RedisServer
         assert tally.duplicates() == {}
         assert sorted(tally.got) == sorted(b"m%d" % i for i in range(count))
         assert set(tally.by_member()) == {"a1", "b1", "b2", "c1"}  # all took a share
-        wait_for(lambda: pending(redis) == 0, "every entry acknowledged")
+        until_acknowledged(redis)
         taken = sum(n.call(lambda n=n: n.cluster.queues.counters.taken) for n in (a, b, c))
         claimed = sum(n.call(lambda n=n: n.cluster.queues.counters.claimed) for n in (a, b, c))
         assert (taken, claimed) == (count, 0)
@@ -120,7 +111,7 @@ def test_ack_and_batch_ack_acknowledge_the_stream_entries(redis: RedisServer) ->
             assert pending(redis) == len(one.held) + len(five.held)
             one.ack_all()  # one ack frame per message for "ack", cumulative for batch-ack
             five.ack_all()
-        wait_for(lambda: pending(redis) == 0, "every entry acknowledged")
+        until_acknowledged(redis)
         assert tally.duplicates() == {}
         assert len(tally.got) == 20
         acked = [n.call(lambda n=n: n.cluster.queues.counters.acked) for n in (a, b)]
@@ -153,7 +144,7 @@ def test_a_member_dropped_with_unacked_messages_has_them_go_to_another_node_afte
         assert first - dropped_at < 3 * REDELIVER
         assert a.call(lambda: a.cluster.queues.counters.released) == 5
         assert b.call(lambda: b.cluster.queues.counters.claimed) == 5
-        wait_for(lambda: pending(redis) == 0, "the survivor's acks")
+        until_acknowledged(redis, "the survivor's acks")
         survivor.close()
 
 
@@ -173,7 +164,7 @@ def test_a_member_dropped_hands_its_messages_to_a_member_of_its_node_at_once(
         victim.drop()
         a.call(tally.when, 6)  # long before 300 s: as on one node
         assert tally.by_member() == {"victim": 3, "neighbour": 3}
-        wait_for(lambda: pending(redis) == 0, "the neighbour's acks")
+        until_acknowledged(redis, "the neighbour's acks")
         assert a.call(lambda: a.cluster.queues.counters.released) == 0
         neighbour.close()
 
@@ -196,7 +187,7 @@ def test_filters_apply_where_read_and_what_no_member_takes_is_acknowledged(
                                            + [b"last"])
         assert tally.by_member() == {"low": 5, "high": 6}
         # m5..m9 matched nobody on the node that read them: acknowledged unseen, counted
-        wait_for(lambda: pending(redis) == 0, "every entry acknowledged")
+        until_acknowledged(redis)
         assert a.call(lambda: a.cluster.queues.counters.filtered) == 5
         high.close()
         low.close()
@@ -215,10 +206,8 @@ def test_a_node_killed_with_kill_9_has_its_members_messages_claimed_after_the_ti
         mm2_at = parse_address(doomed.log.wait_for(r"mm2 listening on (tcp:\S+)").group(1))
         tally = Tally()
         victim = Member(a, "victim", tally, window=5, auto_ack=False, address=mm2_at)
-        wait_for(
-            lambda: a.call(lambda: bool(a.cluster.view.queues.get(TOPIC, {}).get(GROUP))),
-            "a to know the doomed node's member",
-        )
+        a.until(lambda: a.cluster.view.queues.get(TOPIC, {}).get(GROUP),
+                "a to know the doomed node's member")
         with mm2_publisher(a) as pub:
             for i in range(5):
                 pub.publish(TOPIC, b"m%d" % i)
@@ -235,7 +224,7 @@ def test_a_node_killed_with_kill_9_has_its_members_messages_claimed_after_the_ti
         # the doomed node renewed them a quarter of the time before it died at most, so
         # they come between 3/4 and 1 + 1/4 of queue-redeliver-after (room for a slow box)
         assert REDELIVER / 2 <= waited < 4 * REDELIVER
-        wait_for(lambda: pending(redis) == 0, "the survivor's acks")
+        until_acknowledged(redis, "the survivor's acks")
         assert a.call(lambda: a.cluster.queues.counters.claimed) == 5
         del victim
         survivor.close()
@@ -255,7 +244,7 @@ def test_a_durable_queue_keeps_its_messages_across_a_restart_of_every_node(
             assert pub.wait_acked()
             a.call(tally.when, 3)  # three taken, never acknowledged
             member.close()
-            wait_for(lambda: not b.call(lambda: b.cluster.view.queues), "the member gone")
+            b.until(lambda: not b.cluster.view.queues, "the member gone")
             for i in range(10, 15):  # no member anywhere: a durable group still takes them
                 pub.publish(TOPIC, b"m%d" % i)
             assert pub.wait_acked()
@@ -276,7 +265,7 @@ def test_a_durable_queue_keeps_its_messages_across_a_restart_of_every_node(
         assert sorted(tally.got) == sorted(b"m%d" % i for i in range(17))
         assert tally.duplicates() == {}
         assert d.call(lambda: d.cluster.queues.counters.claimed) == 3
-        wait_for(lambda: pending(redis) == 0, "every entry acknowledged")
+        until_acknowledged(redis)
         member.close()
     assert int(redis.command("EXISTS", STREAM)) == 1  # durable: kept without members
 
@@ -295,17 +284,16 @@ def test_a_group_that_is_not_durable_is_deleted_when_its_last_member_anywhere_le
         a.call(tally.when, 1)
         assert int(redis.command("EXISTS", STREAM)) == 1
         one.close()
-        wait_for(lambda: a.name not in c.call(
-            lambda: dict(c.cluster.view.queues.get(TOPIC, {}).get(GROUP, {}))
-        ), "c to see one leave")
+        c.until(lambda: a.name not in c.cluster.view.queues.get(TOPIC, {}).get(GROUP, {}),
+                "c to see one leave")
         assert int(redis.command("EXISTS", STREAM)) == 1  # two is still a member
         two.close()
-        wait_for(lambda: int(redis.command("EXISTS", STREAM)) == 0, "the stream deleted")
+        redis.until_gone(STREAM, "the stream deleted")
         with mm2_publisher(c, "late") as pub:  # nobody's group: nothing is stored
             pub.publish(TOPIC, b"nobody")
             assert pub.wait_acked()
         # and c, told so by Redis, adds nothing more to it
-        wait_for(lambda: c.call(lambda: c.cluster.queues.targets(TOPIC)) == (), "c to forget")
+        c.until(lambda: c.cluster.queues.targets(TOPIC) == (), "c to forget")
         assert int(redis.command("EXISTS", STREAM)) == 0
         # a node that dies holding the group's last members: nobody keeps the stream any
         # more, it expires (4 x queue-redeliver-after); a node that is only late with its
@@ -315,6 +303,6 @@ def test_a_group_that_is_not_durable_is_deleted_when_its_last_member_anywhere_le
         assert int(redis.command("EXISTS", STREAM)) == 1
         assert 0 < int(redis.command("PTTL", STREAM)) <= 4000 * REDELIVER
         b.crash()
-        wait_for(lambda: int(redis.command("EXISTS", STREAM)) == 0, "the stream expired")
+        redis.until_gone(STREAM, "the stream expired")
         del three
 

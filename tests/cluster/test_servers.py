@@ -209,3 +209,54 @@ def test_a_paused_nats_answers_only_once_resumed(nats_server):
         nats_server.resume()
         sock.settimeout(15)
         assert stream.readline() == b"PONG\r\n"
+
+
+def test_redis_until_looks_again_after_each_named_command_within_a_deadline(redis_server):
+    looks: list[bytes | None] = []
+
+    def check() -> bool:
+        value = redis_server.command("GET", "k")
+        looks.append(value)
+        if value is None:
+            redis_server.command("SET", "k", "v")  # once MONITOR runs: it wakes the wait
+        return value == b"v"
+
+    redis_server.until(check, "k to be set", after=("SET",))
+    assert looks == [None, b"v"]  # once at the start, once after the SET, never polled
+    with pytest.raises(TimeoutError, match="something that never comes"):
+        redis_server.until(lambda: False, "something that never comes", after=("SET",),
+                           timeout=SILENCE)
+
+
+def test_redis_until_gone_wakes_on_expiry_and_deletion(redis_server):
+    redis_server.command("SET", "short", "lived", "PX", "100")
+    redis_server.until_gone("short", "the key to expire")
+    assert redis_server.command("EXISTS", "short") == 0
+    redis_server.until_gone("never-was", "a key that does not exist")  # at once
+    redis_server.command("SET", "kept", "v")
+    with pytest.raises(TimeoutError, match="a key nobody deletes"):
+        redis_server.until_gone("kept", "a key nobody deletes", timeout=SILENCE)
+
+
+def test_redis_asking_for_client_certificates_gets_the_fixtures_own(tmp_path):
+    pki = make_pki(tmp_path / "pki")
+    with RedisServer(tmp_path / "r", pki=pki, client_certificates=True) as redis:
+        assert redis.command("PING") == "PONG"  # the fixture presents its certificate
+        context = ssl.create_default_context(cafile=str(pki.ca.cert_path))
+
+        def ping_without_a_certificate() -> None:
+            with socket.create_connection((redis.host, redis.port), timeout=15) as raw, \
+                    context.wrap_socket(raw, server_hostname="localhost") as anonymous:
+                anonymous.sendall(encode_command("PING"))
+                if not anonymous.recv(64):
+                    raise ConnectionError("closed without a reply")
+
+        with pytest.raises((ssl.SSLError, ConnectionError)):  # at the handshake or after
+            ping_without_a_certificate()
+
+
+def test_a_server_is_ready_when_its_output_says_so(tmp_path):
+    with RedisServer(tmp_path / "r") as redis:
+        assert "Ready to accept connections" in redis.log_text()
+    with NatsServer(tmp_path / "n") as nats:
+        assert "Server is ready" in nats.log_text()
