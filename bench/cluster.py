@@ -18,7 +18,9 @@ Stages (``--stages``, in this order):
 4. ``latency``: UCAST round trips one at a time (run.py's ``latency``: after a warm-up),
    client and echo on one unclustered node, on the same node of a cluster, and on two nodes.
 5. ``spread``: aggregate fan-out with the clients spread over the nodes (bench/
-   cluster_spread.py): one node on one core against two nodes each on its own core.
+   cluster_spread.py): one node on one core against two nodes each on its own core, the
+   clients split over them as a load balancer would (``ENGINE-two``: each topic's
+   subscribers on both nodes) and placed by topic (``ENGINE-two-own``: nothing crosses).
 6. ``faults``: bench/cluster_faults.py's kill -9 of a node -> the other node's presence
    event, and the engine server's restart -> cross-node delivery, per ``--fault-engines``.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -61,7 +64,7 @@ def setups_of(stage: str, args: argparse.Namespace) -> list[str]:
     if stage == "latency":
         return ["single", *[f"{e}-{w}" for e in engines for w in ("same", "cross")]]
     if stage == "spread":
-        return ["one-node", *[f"{e}-two" for e in engines]]
+        return ["one-node", *[f"{e}-two{w}" for e in engines for w in ("", "-own")]]
     return list(args.fault_engine_list)
 
 
@@ -118,7 +121,7 @@ def run_one(stage: str, setup: str, args: argparse.Namespace, params: scenarios.
         return spread_fanout(group, params, publishers=args.spread_publishers,
                              subscribers=args.subscribers, topics_each=args.spread_topics,
                              messages=args.spread_messages, node_names=list(group.nodes),
-                             ready=ready)
+                             ready=ready, own=setup.endswith("-own"))
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -149,6 +152,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="before each run, wait until the machine's load is below this")
     p.add_argument("--quiet-wait", type=float, default=60.0, help="... at most this long")
     p.add_argument("--json", type=Path, help="write every run's figures there")
+    p.add_argument("--nice", type=int, default=0,
+                   help="the harness's (and so the servers') niceness and its scheduler "
+                        "autogroup's, e.g. -10 as root on a machine shared with other work")
     args = p.parse_args(argv)
     if args.quick:  # a tenth of the counts left at their defaults
         for name in ("messages", "fanout_messages", "round_trips", "spread_messages"):
@@ -172,10 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     params.latency_round_trips = args.round_trips
     params.latency_warmup = 200 if not args.quick else 50
     procs.raise_nofile(4096)
+    niceness = os.nice(args.nice) if args.nice else os.nice(0)
+    if args.nice:
+        procs.set_autogroup_nice(args.nice)
     plan = [(stage, setup) for stage in args.stage_list for setup in setups_of(stage, args)]
     print(f"cluster bench: {args.repeat} round(s) of {len(plan)} runs; "
           f"{args.pinning.describe()}; nodes' heartbeat {cs.HEARTBEAT:g} s (stage 6: "
-          f"{args.heartbeat:g} s)", flush=True)
+          f"{args.heartbeat:g} s); nice {niceness}", flush=True)
     if not args.mosquitto_binary and {"cross", "fanout"} & set(args.stage_list):
         print("  (mosquitto not found: no Mosquitto baseline; scripts/setup installs it)")
     results: dict[tuple[str, str], list[dict]] = {key: [] for key in plan}
@@ -193,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                     result = {"error": f"{type(e).__name__}: {e}"}
                 result["background_cores"] = load
                 results[(stage, setup)].append(result)
-                print(f"  {stage:7} {setup:11} run {rep + 1}: "
+                print(f"  {stage:7} {setup:13} run {rep + 1}: "
                       f"{cluster_report.run_line(stage, result)}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(

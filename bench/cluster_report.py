@@ -146,10 +146,10 @@ def _throughput(stage: str, setups: dict, args: argparse.Namespace, final: list)
     print(f"\n{TITLES[stage].format(**vars(args))} ({unit})")
     single = _median(setups.get("single", setups.get("one-node", [])), rate)
     mosq = _median(setups.get("mosquitto", []), rate)
-    print(f"  {'setup':11} {unit:>14} {'vs one node':>12} {'vs mosquitto':>13}  busy")
+    print(f"  {'setup':13} {unit:>14} {'vs one node':>12} {'vs mosquitto':>13}  busy")
     for setup, runs in setups.items():
         m = _median(runs, rate)
-        print(f"  {setup:11} {_fmt(m):>14} {_ratio(m, single):>12} {_ratio(m, mosq):>13}  "
+        print(f"  {setup:13} {_fmt(m):>14} {_ratio(m, single):>12} {_ratio(m, mosq):>13}  "
               f"{_busy_median(runs)}")
         if setup in ("single", "one-node", "mosquitto"):
             continue
@@ -175,8 +175,10 @@ def _throughput(stage: str, setups: dict, args: argparse.Namespace, final: list)
                           f"{_fmt(m)} vs unclustered {_fmt(single)}: "
                           f"{_ratio(m, single)}{verdict}"))
         else:
-            final.append((f"two nodes ({engine}) vs one node on one core, aggregate fan-out "
-                          "(deliveries/s)",
+            how = ("clients placed by topic, nothing crosses" if setup.endswith("-own")
+                   else "clients split, each topic's subscribers on both")
+            final.append((f"two nodes ({engine}; {how}) vs one node on one core, aggregate "
+                          "fan-out (deliveries/s)",
                           f"{_fmt(m)} vs {_fmt(single)}: {_ratio(m, single)}; busy "
                           f"{_busy_median(runs)} (one node: "
                           f"{_busy_median(setups.get('one-node', []))})"))
@@ -184,11 +186,11 @@ def _throughput(stage: str, setups: dict, args: argparse.Namespace, final: list)
 
 def _latency(setups: dict, final: list) -> None:
     print("\n4. UCAST round trip, one at a time (us)")
-    print(f"  {'setup':11} {'p50':>9} {'p99':>9}")
+    print(f"  {'setup':13} {'p50':>9} {'p99':>9}")
     med = {}
     for setup, runs in setups.items():
         med[setup] = (_median(runs, lambda r: r["p50_us"]), _median(runs, lambda r: r["p99_us"]))
-        print(f"  {setup:11} {_fmt(med[setup][0], 1):>9} {_fmt(med[setup][1], 1):>9}")
+        print(f"  {setup:13} {_fmt(med[setup][0], 1):>9} {_fmt(med[setup][1], 1):>9}")
     for setup in setups:
         if not setup.endswith("-cross"):
             continue

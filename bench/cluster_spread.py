@@ -36,7 +36,10 @@ from wire import SSMP, payload
 def spread_fanout(
     group, params: scenarios.Params, *, publishers: int, subscribers: int, topics_each: int,
     messages: int, node_names: list[str], ready: Callable[[], object] | None = None,
+    own: bool = False,
 ) -> dict:
+    """``own``: each subscriber on its publisher's node instead (a deployment that places
+    clients by topic: nothing crosses; the most two nodes can do)."""
     if publishers > 10 or topics_each > 100:
         raise BenchError("at most 10 publishers and 100 topics each (names of one width)")
     proto = SSMP()
@@ -69,7 +72,8 @@ def spread_fanout(
     pub_socks: list[socket.socket] = []
     try:
         socks = open_spread(
-            [node_port(s // publishers) for s in range(subscribers)],
+            [node_port(s % publishers if own else s // publishers)
+             for s in range(subscribers)],
             [proto.subscriber_setup(f"sub{s:03d}", *topics[s % publishers])
              for s in range(subscribers)], timeout=60.0)
         pub_socks = open_spread([node_port(p) for p in range(publishers)],
@@ -97,7 +101,8 @@ def spread_fanout(
             got, messages=messages, subscribers=subscribers, frame_len=frame_len, pub=pub,
             verified=(f"every byte of {keep} streams, the last frame of the others" if keep
                       else "last frames"))
-        result.update(publishers=publishers, topics=publishers * topics_each)
+        result.update(publishers=publishers, topics=publishers * topics_each,
+                      layout="own" if own else "split")
         if pub.get("error"):
             raise BenchError(f"publishers: {pub['error']}")
         return result

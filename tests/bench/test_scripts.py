@@ -153,10 +153,10 @@ def test_cluster_bench_runs_every_stage_and_checks_every_byte():
         ("fanout", "single"), ("fanout", "mosquitto"), ("fanout", "redis"),
         ("idle", "single"), ("idle", "redis-idle"),
         ("latency", "single"), ("latency", "redis-same"), ("latency", "redis-cross"),
-        ("spread", "one-node"), ("spread", "redis-two"),
+        ("spread", "one-node"), ("spread", "redis-two"), ("spread", "redis-two-own"),
         ("faults", "redis"),
     ], out
-    assert len(re.findall(r"checked every byte of \d+ streams", out)) == 10, out
+    assert len(re.findall(r"checked every byte of \d+ streams", out)) == 11, out
     table = out[out.index("| figure | value |"):]
     for figure in ("cross-node 1->1", "fan-out 1->20 split", "no remote interest",
                    "UCAST round trip", "aggregate fan-out", "kill -9 -> presence event"):
