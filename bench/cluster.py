@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 directory.mkdir()
                 try:
                     result = run_one(stage, setup, args, params, directory)
-                except (BenchError, RuntimeError, TimeoutError) as e:
+                except (BenchError, RuntimeError, OSError) as e:
                     result = {"error": f"{type(e).__name__}: {e}"}
                 result["background_cores"] = load
                 results[(stage, setup)].append(result)
