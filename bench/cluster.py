@@ -41,6 +41,7 @@ import shlex
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import cluster_faults
@@ -70,7 +71,6 @@ def setups_of(stage: str, args: argparse.Namespace) -> list[str]:
 
 def run_one(stage: str, setup: str, args: argparse.Namespace, params: scenarios.Params,
             directory: Path) -> dict:
-    pin = args.pinning
     if stage == "faults":
         ns = argparse.Namespace(python=args.python, engine=setup, heartbeat=args.heartbeat)
         (directory / "kill").mkdir()
@@ -78,50 +78,64 @@ def run_one(stage: str, setup: str, args: argparse.Namespace, params: scenarios.
         return {"kill_s": cluster_faults.kill_to_presence(ns, directory / "kill"),
                 "restart_s": cluster_faults.restart_to_delivery(ns, directory / "restart"),
                 "heartbeat": args.heartbeat}
-    engine = setup.split("-", maxsplit=1)[0]
     with contextlib.ExitStack() as stack:
-        ready = None
-        if setup in ("single", "one-node"):
-            group = stack.enter_context(cs.single(args.python, directory, pin.node_a))
-        elif setup == "mosquitto":
-            group = stack.enter_context(cs.mosquitto(args.mosquitto_binary, directory,
-                                                     pin.node_a))
-        else:
-            group = stack.enter_context(cs.cluster(args.python, directory, engine, pin))
+        group = _start(setup, args, directory, stack)
+        result = _measure(stage, setup, group, args, params, stack)
+        # the servers are still up: what they logged that looks like an error
+        result["log_problems"] = group.log_problems()[:3]
+        return result
 
-            def ready() -> None:
-                cs.both_ways(group, "ready")
-        proto = MQTT() if setup == "mosquitto" else SSMP()
-        if stage == "cross":
-            return scenarios.publish_fanout(group, proto, params, messages=args.messages,
-                                            subscribers=1, topics=args.topics, ready=ready)
-        if stage == "fanout":
-            if len(group.nodes) == 2:
-                group.sub_nodes = ["A", "B"]
-            return scenarios.publish_fanout(group, proto, params,
-                                            messages=args.fanout_messages,
-                                            subscribers=args.subscribers, topics=args.topics,
-                                            ready=ready)
-        if stage == "idle":
-            if len(group.nodes) == 2:
-                group.sub_nodes = ["A"]
-                stack.enter_context(cs.idle_peer(group))
-            return scenarios.publish_fanout(group, proto, params, messages=args.messages,
-                                            subscribers=1, topics=args.topics)
-        if stage == "latency":
-            around = None
-            if setup.endswith("-same"):
-                group.echo_node = "A"
-            elif len(group.nodes) == 2:
-                @contextlib.contextmanager
-                def around():
-                    cs.both_ways(group, "echo")  # the echo logged in on B: A knows it
-                    yield
-            return scenarios.latency(group, proto, params, around=around)
-        return spread_fanout(group, params, publishers=args.spread_publishers,
-                             subscribers=args.subscribers, topics_each=args.spread_topics,
-                             messages=args.spread_messages, node_names=list(group.nodes),
-                             ready=ready, own=setup.endswith("-own"))
+
+def _start(setup: str, args: argparse.Namespace, directory: Path,
+           stack: contextlib.ExitStack) -> cs.Group:
+    if setup in ("single", "one-node"):
+        return stack.enter_context(cs.single(args.python, directory, args.pinning.node_a))
+    if setup == "mosquitto":
+        return stack.enter_context(cs.mosquitto(args.mosquitto_binary, directory,
+                                                args.pinning.node_a))
+    engine = setup.split("-", maxsplit=1)[0]
+    return stack.enter_context(cs.cluster(args.python, directory, engine, args.pinning))
+
+
+def _measure(stage: str, setup: str, group: cs.Group, args: argparse.Namespace,
+             params: scenarios.Params, stack: contextlib.ExitStack) -> dict:
+    clustered = len(group.nodes) == 2
+
+    def ready() -> None:
+        if clustered:
+            cs.both_ways(group, "ready")
+
+    proto = MQTT() if setup == "mosquitto" else SSMP()
+    if stage == "cross":
+        return scenarios.publish_fanout(group, proto, params, messages=args.messages,
+                                        subscribers=1, topics=args.topics, ready=ready)
+    if stage == "fanout":
+        if clustered:
+            group.sub_nodes = ["A", "B"]
+        return scenarios.publish_fanout(group, proto, params, messages=args.fanout_messages,
+                                        subscribers=args.subscribers, topics=args.topics,
+                                        ready=ready)
+    if stage == "idle":
+        if clustered:
+            group.sub_nodes = ["A"]
+            stack.enter_context(cs.idle_peer(group))
+        return scenarios.publish_fanout(group, proto, params, messages=args.messages,
+                                        subscribers=1, topics=args.topics)
+    if stage == "latency":
+        if setup.endswith("-same"):
+            group.echo_node = "A"
+
+        @contextlib.contextmanager
+        def around() -> Iterator[None]:
+            if group.echo_node != group.pub_node:
+                cs.both_ways(group, "echo")  # the echo logged in on B: A knows it
+            yield
+
+        return scenarios.latency(group, proto, params, around=around)
+    return spread_fanout(group, params, publishers=args.spread_publishers,
+                         subscribers=args.subscribers, topics_each=args.spread_topics,
+                         messages=args.spread_messages, node_names=list(group.nodes),
+                         ready=ready, own=setup.endswith("-own"))
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
