@@ -82,7 +82,7 @@ def run_one(stage: str, setup: str, args: argparse.Namespace, params: scenarios.
         group = _start(setup, args, directory, stack)
         result = _measure(stage, setup, group, args, params, stack)
         # the servers are still up: what they logged that looks like an error
-        result["log_problems"] = group.log_problems()[:3]
+        result["log_problems"] = group.log_problems()
         return result
 
 
@@ -94,7 +94,8 @@ def _start(setup: str, args: argparse.Namespace, directory: Path,
         return stack.enter_context(cs.mosquitto(args.mosquitto_binary, directory,
                                                 args.pinning.node_a))
     engine = setup.split("-", maxsplit=1)[0]
-    return stack.enter_context(cs.cluster(args.python, directory, engine, args.pinning))
+    return stack.enter_context(cs.cluster(args.python, directory, engine, args.pinning,
+                                          node_timeout=args.node_timeout))
 
 
 def _measure(stage: str, setup: str, group: cs.Group, args: argparse.Namespace,
@@ -158,6 +159,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--spread-messages", type=int, default=40_000,
                    help="stage 5, per publisher")
     p.add_argument("--heartbeat", type=float, default=1.0, help="stage 6's nodes")
+    p.add_argument("--node-timeout", type=float, default=0.0,
+                   help="stages 1-5's nodes' --cluster-node-timeout (0: the broker's "
+                        "default, 1.5 heartbeats)")
     p.add_argument("--a-cpu", type=int, default=0)
     p.add_argument("--b-cpu", type=int, default=1)
     p.add_argument("--no-pin", action="store_true")
@@ -166,6 +170,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="before each run, wait until the machine's load is below this")
     p.add_argument("--quiet-wait", type=float, default=60.0, help="... at most this long")
     p.add_argument("--json", type=Path, help="write every run's figures there")
+    p.add_argument("--logs", type=Path,
+                   help="keep the servers' logs in this directory (default: a temporary one)")
     p.add_argument("--nice", type=int, default=0,
                    help="the harness's (and so the servers') niceness and its scheduler "
                         "autogroup's, e.g. -10 as root on a machine shared with other work")
@@ -198,12 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     plan = [(stage, setup) for stage in args.stage_list for setup in setups_of(stage, args)]
     print(f"cluster bench: {args.repeat} round(s) of {len(plan)} runs; "
           f"{args.pinning.describe()}; nodes' heartbeat {cs.HEARTBEAT:g} s (stage 6: "
-          f"{args.heartbeat:g} s); nice {niceness}", flush=True)
+          f"{args.heartbeat:g} s), node timeout "
+          f"{args.node_timeout or 1.5 * cs.HEARTBEAT:g} s; nice {niceness}", flush=True)
     if not args.mosquitto_binary and {"cross", "fanout"} & set(args.stage_list):
         print("  (mosquitto not found: no Mosquitto baseline; scripts/setup installs it)")
     results: dict[tuple[str, str], list[dict]] = {key: [] for key in plan}
     loads: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="cluster-bench-") as tmp:
+    with contextlib.ExitStack() as keep:
+        if args.logs:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix="cluster-bench-", dir=args.logs)
+        else:
+            tmp = keep.enter_context(tempfile.TemporaryDirectory(prefix="cluster-bench-"))
         for rep in range(args.repeat):
             for stage, setup in plan:
                 load, _ = procs.wait_quiet(args.quiet_below, args.quiet_wait)

@@ -61,7 +61,7 @@ def _busy(r: dict) -> str:
 def run_line(stage: str, r: dict) -> str:
     background = f"; background {r['background_cores']:.2f} cores before the run"
     if r.get("log_problems"):
-        background += f"; the servers logged: {' | '.join(r['log_problems'])}"
+        background += f"; the servers logged: {' | '.join(r['log_problems'][:4])}"
     if "error" in r:
         return f"FAILED: {r['error']}{background}"
     if stage == "faults":

@@ -89,8 +89,18 @@ class Group:
         return out
 
     def log_problems(self) -> list[str]:
-        return [f"{name}: {line}" for name, node in self.nodes.items()
-                for line in node.log_problems()]
+        """What the servers logged that looks like an error, and each time a node took
+        another for gone (in a throughput run, its subscribers' messages stop crossing
+        until the other node is heard again)."""
+        out = [f"{name}: {line}" for name, node in self.nodes.items()
+               for line in node.log_problems()]
+        for name, node in self.nodes.items():
+            with contextlib.suppress(OSError):
+                for line in node.log.read_text(errors="replace").splitlines():
+                    at = line.find("cluster: node ")
+                    if at >= 0 and " is gone (" in line and "(left)" not in line:
+                        out.append(f"{name}: {line[at + len('cluster: '):]}")
+        return out
 
 
 @contextlib.contextmanager
@@ -112,13 +122,15 @@ def mosquitto(binary: str, directory: Path, cpus: set[int] | None) -> Iterator[G
 
 @contextlib.contextmanager
 def cluster(python: str, directory: Path, engine: str, pinning: Pinning,
-            heartbeat: float = HEARTBEAT) -> Iterator[Group]:
+            heartbeat: float = HEARTBEAT, node_timeout: float = 0.0) -> Iterator[Group]:
     """Two nodes, A and B, joined through a fresh engine server; the Group publishes on A
-    and subscribes on B (change ``pub_node``/``sub_nodes``/``echo_node`` as needed)."""
+    and subscribes on B (change ``pub_node``/``sub_nodes``/``echo_node`` as needed).
+    ``node_timeout``: the nodes' ``--cluster-node-timeout`` (0: theirs, 1.5 heartbeats)."""
     with contextlib.ExitStack() as stack:
         server, url = engine_server(engine, directory)
         stack.callback(procs.stop_process, server)
-        options = [f"--cluster={url}", f"--cluster-heartbeat={heartbeat:g}"]
+        options = [f"--cluster={url}", f"--cluster-heartbeat={heartbeat:g}",
+                   f"--cluster-node-timeout={node_timeout:g}"]
         a = stack.enter_context(procs.Broker(python, directory / "a.log", pinning.node_a,
                                              options))
         b = stack.enter_context(procs.Broker(python, directory / "b.log", pinning.node_b,
