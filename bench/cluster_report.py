@@ -148,11 +148,17 @@ def _throughput(stage: str, setups: dict, args: argparse.Namespace, final: list)
     print(f"\n{TITLES[stage].format(**vars(args))} ({unit})")
     single = _median(setups.get("single", setups.get("one-node", [])), rate)
     mosq = _median(setups.get("mosquitto", []), rate)
-    print(f"  {'setup':13} {unit:>14} {'vs one node':>12} {'vs mosquitto':>13}  busy")
+    print(f"  {'setup':13} {unit:>14} {'vs one node':>12} {'vs mosquitto':>13} "
+          f"{'us/delivery':>12}  busy")
+
+    def cpu(r: dict) -> float:
+        return r["server_cpu_per_delivery_us"]
+
+    single_cpu = _median(setups.get("single", setups.get("one-node", [])), cpu)
     for setup, runs in setups.items():
         m = _median(runs, rate)
-        print(f"  {setup:13} {_fmt(m):>14} {_ratio(m, single):>12} {_ratio(m, mosq):>13}  "
-              f"{_busy_median(runs)}")
+        print(f"  {setup:13} {_fmt(m):>14} {_ratio(m, single):>12} {_ratio(m, mosq):>13} "
+              f"{_fmt(_median(runs, cpu), 2):>12}  {_busy_median(runs)}")
         if setup in ("single", "one-node", "mosquitto"):
             continue
         engine = setup.split("-")[0]
@@ -173,9 +179,11 @@ def _throughput(stage: str, setups: dict, args: argparse.Namespace, final: list)
             ratio = m / single if m and single else None
             verdict = "" if ratio is None else (
                 " (target >= 0.90x: met)" if ratio >= 0.9 else " (target >= 0.90x: NOT met)")
+            per = _median(runs, cpu)
             final.append((f"clustered node, no remote interest, {engine} (msgs/s)",
                           f"{_fmt(m)} vs unclustered {_fmt(single)}: "
-                          f"{_ratio(m, single)}{verdict}"))
+                          f"{_ratio(m, single)}{verdict}; CPU per message {_fmt(per, 2)} vs "
+                          f"{_fmt(single_cpu, 2)} us ({_ratio(per, single_cpu)})"))
         else:
             how = ("clients placed by topic, nothing crosses" if setup.endswith("-own")
                    else "clients split, each topic's subscribers on both")
