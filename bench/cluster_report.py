@@ -161,7 +161,11 @@ def _throughput(stage: str, setups: dict, args: argparse.Namespace, final: list)
               f"{_fmt(_median(runs, cpu), 2):>12}  {_busy_median(runs)}")
         if setup in ("single", "one-node", "mosquitto"):
             continue
-        engine = setup.split("-")[0]
+        engine = setup.split("-", maxsplit=1)[0]
+        if m is None:
+            final.append((f"{stage} {setup}", f"n/a: none of its {len(runs)} run(s) "
+                          "completed (see the runs' lines)"))
+            continue
         if stage == "cross":
             final.append((f"cross-node 1->1, {args.topics} topics, {engine} (msgs/s)",
                           f"{_fmt(m)}: {_ratio(m, single)} one node ({_fmt(single)}), "
