@@ -87,6 +87,30 @@ def open_many(
     return socks
 
 
+def open_spread(
+    ports: list[int], setups: list[tuple[bytes, bytes]], *, window: int = 40,
+    timeout: float = 120.0,
+) -> list[socket.socket]:
+    """:func:`open_many` with connection ``i`` on ``ports[i]`` (clients spread over several
+    listeners, e.g. the nodes of a cluster). Returns the sockets in ``setups``' order."""
+    if len(ports) != len(setups):
+        raise ValueError("one port per setup")
+    by_port: dict[int, list[int]] = {}
+    for index, port in enumerate(ports):
+        by_port.setdefault(port, []).append(index)
+    socks: list[socket.socket | None] = [None] * len(setups)
+    try:
+        for port, indexes in by_port.items():
+            opened = open_many(port, [setups[i] for i in indexes], window=window,
+                               timeout=timeout)
+            for index, sock in zip(indexes, opened, strict=True):
+                socks[index] = sock
+    except BaseException:
+        close_all(s for s in socks if s is not None)
+        raise
+    return [s for s in socks if s is not None]
+
+
 def close_all(socks) -> None:
     for sock in socks:
         with contextlib.suppress(OSError):
@@ -181,6 +205,7 @@ def receive_counts(
     on_read: Callable[[int, socket.socket, int], None] | None = None,
     on_first: Callable[[], None] | None = None,
     pause: float = READER_PAUSE, pause_below: int = PAUSE_BELOW,
+    last_frames: list[bytes] | None = None,
 ) -> Received:
     """Read every socket until it has delivered ``expected_each`` bytes, counting bytes only.
 
@@ -205,7 +230,14 @@ def receive_counts(
     ``pause`` seconds: deliveries pile up in the kernel meanwhile, with nobody to wake,
     and the next round reads them in bulk. A reader that is behind reads big chunks and
     never pauses. Not with ``on_read``: acknowledgements must not wait (the publisher's
-    window would stall)."""
+    window would stall).
+
+    ``last_frames``: instead of ``last_frame``, socket ``i``'s own last frame (all of one
+    length), when the sockets hear different publishers."""
+    if last_frames is not None:
+        if len(last_frames) != len(socks) or len({len(f) for f in last_frames}) > 1:
+            raise ValueError("one last frame per socket, all of one length")
+        last_frame = last_frames[0] if last_frames else None
     result = Received(expected_each, [0] * len(socks))
     if not socks:
         return result
@@ -302,7 +334,8 @@ def receive_counts(
         elif index < n_keep and check_stream is not None:
             problem = check_stream(index, data)
         else:
-            want = expected_stream if index < n_keep else last_frame
+            want = expected_stream if index < n_keep else (
+                last_frame if last_frames is None else last_frames[index])
             problem = None if want is None or data == want else _first_difference(data, want)
         if problem is None:
             result.tail_ok += 1

@@ -31,6 +31,7 @@ from clients import (
     cumulative_acker,
     open_client,
     open_many,
+    open_spread,
     receive_counts,
     recv_exactly,
     tcp_state,
@@ -116,11 +117,16 @@ class Measurement:
         self.own = os.times()
         self.start = time.perf_counter()
         self._window: tuple[float, int, int] | None = None
+        self._members: dict[str, tuple[int, int]] | None = None
         self.window: dict = {}
 
     def first_byte(self) -> None:
         """``receive_counts``' ``on_first``: the measured window opens."""
         self._window = (time.perf_counter(), *self.server.sched_ns())
+        # a server made of several processes (cluster nodes, their engine server) may
+        # name them: each one's busy share over the window is reported too
+        members = getattr(self.server, "member_sched_ns", None)
+        self._members = members() if members is not None else None
 
     def last_byte(self) -> None:
         """Right after the readers are done: the measured window closes."""
@@ -135,6 +141,9 @@ class Measurement:
             self.window = {"server_busy": (run1 - run0) / 1e9 / wall,
                            "server_runq": (wait1 - wait0) / 1e9 / wall,
                            "server_window_s": wall}
+            if self._members is not None:
+                self.window["members_busy"] = members_busy(
+                    self._members, self.server.member_sched_ns(), wall)
 
     def figures(self, got: Received, *, messages: int, subscribers: int, frame_len: int,
                 pub: dict, verified: str) -> dict:
@@ -189,15 +198,27 @@ class Measurement:
         return result
 
 
+def members_busy(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
+                 wall: float) -> dict[str, dict[str, float]]:
+    """Each named process's share of a core on it (``busy``) and waiting for one (``runq``)
+    between two ``member_sched_ns()`` readings ``wall`` seconds apart."""
+    return {name: {"busy": (after[name][0] - run) / 1e9 / wall,
+                   "runq": (after[name][1] - wait) / 1e9 / wall}
+            for name, (run, wait) in before.items() if name in after}
+
+
 def publish_fanout(
     server: Server, proto, params: Params, *, messages: int, subscribers: int,
     stalled: bool = False, around: Callable | None = None, topics: int | None = None,
+    ready: Callable[[], object] | None = None,
 ) -> dict:
     """One publisher, ``subscribers`` readers (plus one that never reads when ``stalled``).
 
     ``around``: a context-manager factory wrapped around the publishing phase (profiling).
     ``proto`` may be a :class:`wire.Mixed`: its ``pub`` publishes, its ``sub`` subscribes.
-    ``topics``: how many topics the publisher cycles through (default ``params.topics``)."""
+    ``topics``: how many topics the publisher cycles through (default ``params.topics``).
+    ``ready()``: called once every client is connected, before the clock starts (e.g. to
+    wait until a cluster's nodes know each other's subscribers)."""
     pub_proto = getattr(proto, "pub", proto)
     proto = getattr(proto, "sub", proto)
     port = server.port_for(proto.name)
@@ -225,13 +246,20 @@ def publish_fanout(
                 port, *proto.subscriber_setup("stalled", *names), rcvbuf=4096
             )
         setups = [proto.subscriber_setup(f"sub{i}", *names) for i in range(subscribers)]
-        socks = open_many(port, setups, timeout=60.0)
+        # a server of several nodes may spread the subscribers over their listeners
+        spread = getattr(server, "subscriber_ports", None)
+        if spread is not None:
+            socks = open_spread(spread(proto.name, subscribers), setups, timeout=60.0)
+        else:
+            socks = open_many(port, setups, timeout=60.0)
         for sock in socks:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         pub_sock = open_client(pub_port, *pub_proto.publisher_setup(sender))
         data = b"".join(
             pub_proto.publish(names[i % k], payload(i, size)) for i in range(messages)
         )
+        if ready is not None:
+            ready()
         measure = Measurement(server)
         deadline = time.monotonic() + params.scenario_timeout
         # with an ack window (Micromessage2 batch-ack), the subscribers acknowledge what
@@ -390,13 +418,15 @@ def percentile(sorted_values: list[int], p: float) -> int:
 def latency(server: Server, proto, params: Params, around=None) -> dict:
     """3. echo round trips, one at a time: p50/p99 in microseconds."""
     port = server.port
+    # a server of several nodes may hold the echo on another node than the client
+    echo_port = getattr(server, "echo_port", port)
     size = params.payload_size
     total = params.latency_warmup + params.latency_round_trips
     # the echo outlives any plausible run (each round trip itself times out after 5 s)
     echo_timeout = max(params.scenario_timeout, 60 + 0.2 * total)
     if isinstance(proto, SSMP):
         client = open_client(port, *proto.publisher_setup("ping"))
-        echo_sock = open_client(port, *proto.publisher_setup("echo"))
+        echo_sock = open_client(echo_port, *proto.publisher_setup("echo"))
         frames = [proto.ucast("echo", payload(i, size)) for i in range(total)]
         answers = [b"200\n" + proto.ucast_event("echo", "ping", payload(i, size)) for i in
                    range(total)]
@@ -404,7 +434,7 @@ def latency(server: Server, proto, params: Params, around=None) -> dict:
     else:
         assert isinstance(proto, MQTT)
         client = open_client(port, *proto.subscriber_setup("ping", "lat/pong"))
-        echo_sock = open_client(port, *proto.subscriber_setup("echo", "lat/ping"))
+        echo_sock = open_client(echo_port, *proto.subscriber_setup("echo", "lat/ping"))
         frames = [proto.publish("lat/ping", payload(i, size)) for i in range(total)]
         answers = [proto.publish("lat/pong", payload(i, size)) for i in range(total)]
         echo = Echo(echo_sock, "mqtt", (b"lat/pong",), echo_timeout)

@@ -133,3 +133,32 @@ def test_cluster_faults_times_a_kill_and_a_restart():
     found = re.search(r"kill -9 -> UNSUBSCRIBE median ([\d.]+) s", out)
     assert found, out  # the figure itself is the bench's to report, not a test's to time
     assert "restart -> delivery median" in out
+
+
+def test_cluster_bench_runs_every_stage_and_checks_every_byte():
+    """bench/cluster.py, small: every stage's setups run once and complete with their bytes
+    checked, and the final table has a figure for each of issue 15's numbers (the figures
+    themselves are the bench's to report, not a test's to time)."""
+    out = run(
+        "cluster.py", "--quick", "--repeat", "1", "--quiet-wait", "0", "--no-pin",
+        "--messages", "3000", "--fanout-messages", "300", "--subscribers", "20",
+        "--round-trips", "200", "--spread-messages", "300", "--fault-engines", "redis",
+        "--heartbeat", "0.3",
+    )
+    for word in ("FAILED", "INCOMPLETE", "WRONG"):
+        assert word not in out, out
+    runs = re.findall(r"^  (\w+) +([\w-]+) +run 1: ", out, re.MULTILINE)
+    assert runs == [
+        ("cross", "single"), ("cross", "mosquitto"), ("cross", "redis"),
+        ("fanout", "single"), ("fanout", "mosquitto"), ("fanout", "redis"),
+        ("idle", "single"), ("idle", "redis-idle"),
+        ("latency", "single"), ("latency", "redis-same"), ("latency", "redis-cross"),
+        ("spread", "one-node"), ("spread", "redis-two"), ("spread", "redis-two-own"),
+        ("faults", "redis"),
+    ], out
+    assert len(re.findall(r"checked every byte of \d+ streams", out)) == 11, out
+    table = out[out.index("| figure | value |"):]
+    for figure in ("cross-node 1->1", "fan-out 1->20 split", "no remote interest",
+                   "UCAST round trip", "aggregate fan-out", "kill -9 -> presence event"):
+        assert figure in table, out
+    assert "command: " in out, out
