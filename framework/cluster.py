@@ -1,17 +1,14 @@
-"""A node of a cluster: what crosses to the other nodes and what comes from them, on any
-engine (:mod:`msgbroker.engine`).
+"""A node of a cluster: what it tells the other nodes and hears from them, on any engine
+(:mod:`msgbroker.engine`).
 
 The hub calls the node when something may concern other nodes (``hub.cluster``; ``None``
 with the memory engine, so a lone broker does nothing more per message):
 
-- **publications**: an MCAST (or a pipelined run) crosses only when some other node has
-  interest in its topic — a member (its per-topic channel) or a matching sbus pattern (a
-  message to that node) — which the node knows from its replicated view, without a round
-  trip. Secret topics (``!/cred/``) never cross. What crosses is collected during the
-  received chunk and written when the broker's batcher flushes: one engine write per chunk,
-  one publication (one topic) or one per interested node (:mod:`msgbroker.clustertraffic`).
-- **UCAST** to an identity no local session holds goes to the node holding it; **BCAST**
-  to the nodes with members in the sender's topics.
+- **messages**: an MCAST (or a pipelined run) crosses only when some other node has
+  interest in its topic (a plain member, or a matching sbus pattern), which the node knows
+  from its replicated view, without a round trip; a UCAST to an identity no local session
+  holds goes to the node holding it; a BCAST to the nodes with members in the sender's
+  topics. Routes, batches, publications and what comes in: :mod:`msgbroker.clustertraffic`.
 - **state**: each topic member, sbus pattern and identity is a field of this node's state,
   announced to every node and stored by the engine for those that (re)connect later.
   A node's announcements reach every node in one order, so an identity claimed on two
@@ -19,13 +16,10 @@ with the memory engine, so a lone broker does nothing more per message):
   give way to a claim that came before its own, still unannounced one).
 
 Micromessage2 queue groups span the cluster on an engine with a queue store
-(:mod:`msgbroker.clusterqueues`): each message reaches one member of each group among all
-the nodes; on an engine without one, a queue subscription is refused.
-
-From the other nodes come publications (delivered to the local sessions through the hub,
-which does not send them on) and announcements (the view, presence events for local
-watchers, kicks). Nodes beat every ``heartbeat``; one not heard from for ``node_timeout``
-is gone: its members leave (presence events), its identities are free.
+(:mod:`msgbroker.clusterqueues`); on an engine without one, a queue subscription is
+refused. Announcements from the other nodes change the view and become presence events
+for local watchers and kicks. Nodes beat every ``heartbeat``; one not heard from for
+``node_timeout`` is gone: its members leave (presence events), its identities are free.
 """
 
 from __future__ import annotations
@@ -34,13 +28,13 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from attrs import asdict, define
+from attrs import asdict
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from . import clusterwire as wire
 from .clusterqueues import ClusterQueues
-from .clustertraffic import NODE_LOCAL, NOWHERE, Route, Traffic
+from .clustertraffic import NODE_LOCAL, NOWHERE, ClusterCounters, Traffic
 from .clusterview import MemberEvent, RemoteNode, RemoteView
 from .engine import ClusterSettings, Engine, EngineContext, EngineSpec, queue_store
 from .errors import NotAllowed
@@ -52,31 +46,6 @@ if TYPE_CHECKING:
     from .topics import Peer
 
 log = Logger(namespace="msgbroker.cluster")
-
-__all__ = ["NODE_LOCAL", "Cluster", "ClusterCounters"]
-
-
-@define
-class ClusterCounters:
-    """What crossed, counted once per message (plain ints, read by metrics)."""
-
-    #: messages this node sent to others, and received from them
-    messages_out: int = 0
-    messages_in: int = 0
-    #: publications written (one per chunk, or per node when a chunk's routes differ)
-    #: and received
-    publications_out: int = 0
-    publications_in: int = 0
-    bytes_out: int = 0
-    bytes_in: int = 0
-    #: messages that could not cross (engine away, or its buffer full)
-    dropped: int = 0
-    #: malformed or foreign publications skipped, and received UCASTs whose target had left
-    skipped: int = 0
-    #: nodes seen gone (timeout or bye), and connections to the engine made
-    nodes_gone: int = 0
-    connects: int = 0
-
 
 class Cluster:
     """This node of a cluster (see the module docstring)."""
@@ -187,10 +156,6 @@ class Cluster:
 
     # -- from the hub: what may cross ------------------------------------------------------
 
-    def route(self, topic: str) -> Route:
-        """Where an MCAST to ``topic`` goes (:meth:`Traffic.route`)."""
-        return self.traffic.route(topic)
-
     def interested(self, topic: str) -> bool:
         """Whether another node wants what is published on ``topic``."""
         return self.traffic.route(topic) is not NOWHERE
@@ -198,14 +163,14 @@ class Cluster:
     def multicast(self, message: Message) -> None:
         route = self.traffic.route(message.topic)  # type: ignore[arg-type]
         if route is not NOWHERE:
-            self.traffic.multicast(route, wire.message_item(message))
+            self.traffic.queue(route, wire.message_item(message))
         if self.queues is not None:
             self.queues.publish(message)
 
     def multicast_run(self, run: MessageRun) -> None:
         route = self.traffic.route(run.topic)
         if route is not NOWHERE:
-            self.traffic.multicast(route, wire.run_item(run))
+            self.traffic.queue(route, wire.run_item(run))
         if self.queues is not None:
             self.queues.publish_run(run)
 
@@ -507,8 +472,12 @@ class Cluster:
     # -- troubles --------------------------------------------------------------------------
 
     def _skip(self, why: str) -> None:
+        self.skipped(f"a malformed or foreign publication ({why})")
+
+    def skipped(self, what: str) -> None:
+        """Malformed input skipped (the engine's own too): counted and logged."""
         self.counters.skipped += 1
-        self._log_trouble("skipped", f"cluster: skipped a malformed or foreign publication ({why})")
+        self._log_trouble("skipped", f"cluster: skipped {what}")
 
     def _log_trouble(self, key: str, text: str) -> None:
         self.broker.rate_limited_log(f"cluster {key}", self.reactor.seconds(), text)

@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from attrs import define
+
 from . import clusterwire as wire
 from .errors import NoSuchIdentity
 from .message import Kind, MessageRun
@@ -50,6 +52,28 @@ NODE_LOCAL = (CRED_PREFIX, "_sys/")
 Route = tuple[str | None, tuple[str, ...], tuple[str, ...]]
 #: a topic's route when no other node wants it
 NOWHERE: Route = (None, (), ())
+
+
+@define
+class ClusterCounters:
+    """What crossed, counted once per message (plain ints, read by metrics)."""
+
+    #: messages this node sent to others, and received from them
+    messages_out: int = 0
+    messages_in: int = 0
+    #: publications written (one per chunk, or per node when a chunk's routes differ)
+    #: and received
+    publications_out: int = 0
+    publications_in: int = 0
+    bytes_out: int = 0
+    bytes_in: int = 0
+    #: messages that could not cross (engine away, or its buffer full)
+    dropped: int = 0
+    #: malformed or foreign publications skipped, and received UCASTs whose target had left
+    skipped: int = 0
+    #: nodes seen gone (timeout or bye), and connections to the engine made
+    nodes_gone: int = 0
+    connects: int = 0
 
 
 def _count(items: list[Any]) -> int:
@@ -105,22 +129,20 @@ class Traffic:
             return (None, tuple(matched), tuple(matched))
         return NOWHERE
 
-    def multicast(self, route: Route, item: Any) -> None:
-        self._queue(route, item)
-
     def unicast(self, node: str, item: Any) -> None:
         route = self._to_node.get(node)
         if route is None:
             if len(self._to_node) >= 4096:
                 self._to_node.clear()
             route = self._to_node[node] = (None, (node,), (node,))
-        self._queue(route, item)
+        self.queue(route, item)
 
     def broadcast(self, nodes: list[str], item: Any) -> None:
         targets = tuple(nodes)
-        self._queue((None, targets, targets), item)
+        self.queue((None, targets, targets), item)
 
-    def _queue(self, route: Route, item: Any) -> None:
+    def queue(self, route: Route, item: Any) -> None:
+        """``item`` goes where ``route`` says, at the flush (after what was queued before)."""
         last = self._last_route
         if route is last or route == last:
             self._last_items.append(item)

@@ -61,7 +61,7 @@ def published(node: Node) -> int:
 def knows(a: Node, topic: str, *others: Node) -> bool:
     """Whether ``a`` routes ``topic`` to every one of ``others``."""
     names = {o.name for o in others}
-    return names <= set(a.call(lambda: a.cluster.route(topic)[2]))
+    return names <= set(a.call(lambda: a.cluster.traffic.route(topic)[2]))
 
 
 @contextlib.contextmanager
