@@ -25,7 +25,8 @@ consecutive items with the same route, and written at the flush:
 A node delivers what comes in the same way whichever channel it came on (:meth:`Traffic.
 delivered`): through the hub, to its members and patterns at that moment, with its own
 filters — a node that both has members in a topic and a matching pattern gets each
-message once (from one publication), and one whose members left delivers nothing of it.
+message once (from one publication), and one whose members left delivers it to its
+matching patterns only, if any.
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ NOWHERE: Route = (None, (), ())
 
 @define
 class ClusterCounters:
-    """What crossed, counted once per message (plain ints, read by metrics)."""
+    """What crossed (plain ints, read by metrics)."""
 
-    #: messages this node sent to others, and received from them
+    #: messages this node sent to others (once per publication that carried them), and
+    #: received from them
     messages_out: int = 0
     messages_in: int = 0
     #: publications written (one per chunk, or per node when a chunk's routes differ)
@@ -69,7 +71,8 @@ class ClusterCounters:
     bytes_in: int = 0
     #: messages that could not cross (engine away, or its buffer full)
     dropped: int = 0
-    #: malformed or foreign publications skipped, and received UCASTs whose target had left
+    #: malformed or foreign input skipped (publications, the engine's own: Cluster.skipped),
+    #: and received UCASTs whose target had left
     skipped: int = 0
     #: nodes seen gone (timeout or bye), and connections to the engine made
     nodes_gone: int = 0
