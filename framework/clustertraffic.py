@@ -181,20 +181,23 @@ class Traffic:
                 else:
                     dropped += count
         else:
-            per_node: dict[str, list[Any]] = {}
+            # each run packed once, whatever the number of nodes it goes to
+            per_node: dict[str, tuple[list[bytes], list[int]]] = {}
             for (_topic, _nodes, every), items in runs:
+                part, sizes = wire.packed_items(items), (len(items), _count(items))
                 for node in every:
                     got = per_node.get(node)
                     if got is None:
-                        per_node[node] = list(items)
-                    else:
-                        got += items
-            for node, items in per_node.items():
-                data = head + wire.body(wire.MESSAGES, items)
+                        got = per_node[node] = ([], [0, 0])
+                    got[0].append(part)
+                    got[1][0] += sizes[0]
+                    got[1][1] += sizes[1]
+            for node, (parts, (length, count)) in per_node.items():
+                data = head + wire.messages_body(parts, length)
                 if self._write(engine.send, node, data):
-                    sent += _count(items)
+                    sent += count
                 else:
-                    dropped += _count(items)
+                    dropped += count
         counters = self.counters
         counters.messages_out += sent
         if dropped:
