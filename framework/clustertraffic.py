@@ -181,19 +181,28 @@ class Traffic:
                 else:
                     dropped += count
         else:
-            # each run packed once, whatever the number of nodes it goes to
-            per_node: dict[str, tuple[list[bytes], list[int]]] = {}
+            # a run that goes to several nodes is packed once, whatever their number;
+            # stretches of runs for one node alone are packed in one go
+            per_node: dict[str, tuple[list[Any], list[int]]] = {}
             for (_topic, _nodes, every), items in runs:
-                part, sizes = wire.packed_items(items), (len(items), _count(items))
+                count = _count(items)
+                part: Any = wire.packed_items(items) if len(every) > 1 else None
                 for node in every:
                     got = per_node.get(node)
                     if got is None:
                         got = per_node[node] = ([], [0, 0])
-                    got[0].append(part)
-                    got[1][0] += sizes[0]
-                    got[1][1] += sizes[1]
+                    parts, sizes = got
+                    if part is not None:
+                        parts.append(part)
+                    elif parts and isinstance(parts[-1], list):
+                        parts[-1] += items
+                    else:
+                        parts.append(list(items))
+                    sizes[0] += len(items)
+                    sizes[1] += count
             for node, (parts, (length, count)) in per_node.items():
-                data = head + wire.messages_body(parts, length)
+                packed = [p if isinstance(p, bytes) else wire.packed_items(p) for p in parts]
+                data = head + wire.messages_body(packed, length)
                 if self._write(engine.send, node, data):
                     sent += count
                 else:
