@@ -1,17 +1,14 @@
-"""A node of a cluster: what crosses to the other nodes and what comes from them, on any
-engine (:mod:`msgbroker.engine`).
+"""A node of a cluster: what it tells the other nodes and hears from them, on any engine
+(:mod:`msgbroker.engine`).
 
 The hub calls the node when something may concern other nodes (``hub.cluster``; ``None``
 with the memory engine, so a lone broker does nothing more per message):
 
-- **publications**: an MCAST (or a pipelined run) crosses only when some other node has
-  interest in its topic — a member (its per-topic channel) or a matching sbus pattern (a
-  message to that node) — which the node knows from its replicated view, without a round
-  trip. Secret topics (``!/cred/``) never cross. What crosses is collected during the
-  received chunk and written when the broker's batcher flushes: one engine write per chunk,
-  one publication per topic or node, each message encoded once (msgpack).
-- **UCAST** to an identity no local session holds goes to the node holding it; **BCAST**
-  to the nodes with members in the sender's topics.
+- **messages**: an MCAST (or a pipelined run) crosses only when some other node has
+  interest in its topic (a plain member, or a matching sbus pattern), which the node knows
+  from its replicated view, without a round trip; a UCAST to an identity no local session
+  holds goes to the node holding it; a BCAST to the nodes with members in the sender's
+  topics. Routes, batches, publications and what comes in: :mod:`msgbroker.clustertraffic`.
 - **state**: each topic member, sbus pattern and identity is a field of this node's state,
   announced to every node and stored by the engine for those that (re)connect later.
   A node's announcements reach every node in one order, so an identity claimed on two
@@ -19,13 +16,10 @@ with the memory engine, so a lone broker does nothing more per message):
   give way to a claim that came before its own, still unannounced one).
 
 Micromessage2 queue groups span the cluster on an engine with a queue store
-(:mod:`msgbroker.clusterqueues`): each message reaches one member of each group among all
-the nodes; on an engine without one, a queue subscription is refused.
-
-From the other nodes come publications (delivered to the local sessions through the hub,
-which does not send them on) and announcements (the view, presence events for local
-watchers, kicks). Nodes beat every ``heartbeat``; one not heard from for ``node_timeout``
-is gone: its members leave (presence events), its identities are free.
+(:mod:`msgbroker.clusterqueues`); on an engine without one, a queue subscription is
+refused. Announcements from the other nodes change the view and become presence events
+for local watchers and kicks. Nodes beat every ``heartbeat``; one not heard from for
+``node_timeout`` is gone: its members leave (presence events), its identities are free.
 """
 
 from __future__ import annotations
@@ -34,18 +28,18 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from attrs import asdict, define
+from attrs import asdict
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from . import clusterwire as wire
 from .clusterqueues import ClusterQueues
+from .clustertraffic import NODE_LOCAL, NOWHERE, ClusterCounters, Traffic
 from .clusterview import MemberEvent, RemoteNode, RemoteView
 from .clusterwatch import ClusterChanges
 from .engine import ClusterSettings, Engine, EngineContext, EngineSpec, queue_store
-from .errors import NoSuchIdentity, NotAllowed
+from .errors import NotAllowed
 from .message import ANONYMOUS, Kind, Message, MessageRun
-from .patterns import CRED_PREFIX
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -53,34 +47,6 @@ if TYPE_CHECKING:
     from .topics import Peer
 
 log = Logger(namespace="msgbroker.cluster")
-
-#: a topic's route when no other node wants it
-_NOWHERE: tuple[bool, tuple[str, ...]] = (False, ())
-#: topics (and sbus patterns) about this node alone, which never cross: sbus credentials
-#: (host-local) and the ``_sys/`` topics, each node's own state (the admin plugin's)
-NODE_LOCAL = (CRED_PREFIX, "_sys/")
-
-
-@define
-class ClusterCounters:
-    """What crossed, counted once per message (plain ints, read by metrics)."""
-
-    #: messages this node sent to others, and received from them
-    messages_out: int = 0
-    messages_in: int = 0
-    #: publications written (one per topic or node per flush) and received
-    publications_out: int = 0
-    publications_in: int = 0
-    bytes_out: int = 0
-    bytes_in: int = 0
-    #: messages that could not cross (engine away, or its buffer full)
-    dropped: int = 0
-    #: malformed or foreign publications skipped, and received UCASTs whose target had left
-    skipped: int = 0
-    #: nodes seen gone (timeout or bye), and connections to the engine made
-    nodes_gone: int = 0
-    connects: int = 0
-
 
 class Cluster:
     """This node of a cluster (see the module docstring)."""
@@ -103,16 +69,10 @@ class Cluster:
         self._claims: dict[str, int] = {}
         #: local sbus patterns (never secret ones) -> copies held
         self._patterns: dict[str, int] = {}
-        #: topic -> route (channel wanted, nodes by pattern), until the view changes
-        self._routes: dict[str, tuple[bool, tuple[str, ...]]] = {}
-        self._routes_generation = -1
         self._view_generation = 0
-        # what waits for the batcher's flush
-        #: (to a node?, topic or node, items), in the order they were started
-        self._batches: list[tuple[bool, str, list[Any]]] = []
-        #: the targets of the last message queued, and their batches' items
-        self._last_targets: Any = None
-        self._last_items: list[list[Any]] = []
+        #: the messages to and from the other nodes (routes, batches, publications)
+        self.traffic = Traffic(self)
+        #: changes of this node's state, waiting for the batcher's flush
         self._changes: list[tuple[bytes, bytes | None]] = []
         self._marked = False
         self._snapshotting = False
@@ -199,40 +159,21 @@ class Cluster:
 
     # -- from the hub: what may cross ------------------------------------------------------
 
-    def route(self, topic: str) -> tuple[bool, tuple[str, ...]]:
-        """``(some node has members in topic, nodes whose patterns only match it)``."""
-        view = self.view
-        if self._routes_generation != view.generation:
-            self._routes.clear()
-            self._routes_generation = view.generation
-        route = self._routes.get(topic)
-        if route is None:
-            if topic.startswith(NODE_LOCAL):
-                route = _NOWHERE
-            else:
-                exact = view.plain_members(topic)  # queue members read their group's store
-                by_pattern = tuple(view.pattern_nodes(topic))
-                route = (exact, by_pattern) if exact or by_pattern else _NOWHERE
-            if len(self._routes) >= 65_536:
-                self._routes.clear()
-            self._routes[topic] = route
-        return route
-
     def interested(self, topic: str) -> bool:
         """Whether another node wants what is published on ``topic``."""
-        return self.route(topic) is not _NOWHERE
+        return self.traffic.route(topic) is not NOWHERE
 
     def multicast(self, message: Message) -> None:
-        route = self.route(message.topic)  # type: ignore[arg-type]
-        if route is not _NOWHERE:
-            self._queue(route, message.topic, wire.message_item(message))  # type: ignore[arg-type]
+        route = self.traffic.route(message.topic)  # type: ignore[arg-type]
+        if route is not NOWHERE:
+            self.traffic.queue(route, wire.message_item(message))
         if self.queues is not None:
             self.queues.publish(message)
 
     def multicast_run(self, run: MessageRun) -> None:
-        route = self.route(run.topic)
-        if route is not _NOWHERE:
-            self._queue(route, run.topic, wire.run_item(run))
+        route = self.traffic.route(run.topic)
+        if route is not NOWHERE:
+            self.traffic.queue(route, wire.run_item(run))
         if self.queues is not None:
             self.queues.publish_run(run)
 
@@ -249,47 +190,19 @@ class Cluster:
             )
         return self.queues.group(topic, name, limit, on_drop, on_deliver)
 
-    def _queue(self, route: tuple[bool, tuple[str, ...]], topic: str, item: Any) -> None:
-        targets = (topic, route)
-        if targets == self._last_targets:
-            for items in self._last_items:  # the batches started last: order is kept
-                items.append(item)
-            return
-        exact, nodes = route
-        started = [(False, topic, [item])] if exact else []
-        started += [(True, node, [item]) for node in nodes]
-        self._start(targets, started)
-
-    def _start(self, targets: Any, started: list[tuple[bool, str, list[Any]]]) -> None:
-        """New batches for a message whose targets differ from the last one's: a node
-        receives the publications in the order they are written, so a message may join
-        only the batches started last (consecutive messages to one topic: one batch)."""
-        self._batches += started
-        self._last_targets = targets
-        self._last_items = [items for _, _, items in started]
-        self._mark()
-
     def unicast(self, message: Message) -> bool:
         """A UCAST to an identity no local session holds: True when a node holds it."""
         node = self.view.identities.get(message.topic)  # type: ignore[arg-type]
         if node is None:
             return False
-        self._to_nodes([node], wire.message_item(message))
+        self.traffic.unicast(node, wire.message_item(message))
         return True
 
     def broadcast(self, topics: Iterable[str], message: Message) -> None:
         topics = list(topics)
         nodes = self.view.nodes_in(topics)
         if nodes:
-            self._to_nodes(sorted(nodes), wire.broadcast_item(message, topics))
-
-    def _to_nodes(self, nodes: list[str], item: Any) -> None:
-        targets = tuple(nodes)
-        if targets == self._last_targets:
-            for items in self._last_items:
-                items.append(item)
-        else:
-            self._start(targets, [(True, node, [item]) for node in nodes])
+            self.traffic.broadcast(sorted(nodes), wire.broadcast_item(message, topics))
 
     def presence_snapshot(self, topic: str) -> list[Message]:
         """One SUBSCRIBE event per member of ``topic`` on other nodes."""
@@ -370,32 +283,17 @@ class Cluster:
             self.broker.batcher.mark(self)
 
     def flush(self) -> None:
-        """Write what was collected (the broker's batcher calls this): one publication per
-        batch (consecutive messages to the same targets), then one engine write."""
+        """Write what was collected (the broker's batcher calls this): the state changes,
+        the messages (:meth:`Traffic.flush`), the queue entries, then one engine write."""
         self._marked = False
-        engine, head, counters = self.engine, self.header, self.counters
+        engine, head = self.engine, self.header
         if self._changes:
             changes, self._changes = self._changes, []
             if self.connected:
                 data = head + wire.body(wire.CHANGES, [list(c) for c in changes])
                 engine.announce(data, changes)
             # when not connected, the whole state is stored again on connect
-        sent = dropped = 0
-        batches, self._batches = self._batches, []
-        self._last_targets, self._last_items = None, []
-        for to_node, target, items in batches:
-            data = head + wire.body(wire.MESSAGES, items)
-            count = sum(len(i[4]) if i[0] == "r" else 1 for i in items)
-            if (engine.send if to_node else engine.publish)(target, data):
-                counters.publications_out += 1
-                counters.bytes_out += len(data)
-                sent += count
-            else:
-                dropped += count
-        counters.messages_out += sent
-        if dropped:
-            counters.dropped += dropped
-            self._log_trouble("dropped", f"cluster: messages could not cross ({dropped} now)")
+        self.traffic.flush()
         if self.queues is not None:
             self.queues.flush()
         engine.flush()
@@ -456,40 +354,7 @@ class Cluster:
         self.changes.notify()
 
     def delivered(self, data: bytes) -> None:
-        if data.startswith(self.header):
-            return  # our own publication, on a topic we listen on too
-        counters = self.counters
-        counters.publications_in += 1
-        counters.bytes_in += len(data)
-        try:
-            node, _epoch, op, items = wire.decode(data)
-            if op != wire.MESSAGES or not isinstance(items, list):
-                items = [None]  # not an item: refused below
-            decoded = [wire.read_item(item, node) for item in items]
-        except wire.WireError as e:
-            self._skip(str(e))
-            return
-        hub = self.hub
-        hub.cluster = None  # what comes from another node is not sent on
-        try:
-            for what in decoded:
-                if isinstance(what, MessageRun):
-                    counters.messages_in += what.count
-                    hub.multicast_run(None, what)
-                elif isinstance(what, tuple):
-                    counters.messages_in += 1
-                    hub.broadcast_to(what[1], what[0])
-                elif what.kind is Kind.UCAST:
-                    counters.messages_in += 1
-                    try:
-                        hub.unicast(what)
-                    except NoSuchIdentity:
-                        counters.skipped += 1  # it left meanwhile
-                else:
-                    counters.messages_in += 1
-                    hub.multicast(None, what)
-        finally:
-            hub.cluster = self
+        self.traffic.delivered(data)
 
     def chunk_done(self) -> None:
         self.broker.batcher.flush()
@@ -617,8 +482,12 @@ class Cluster:
     # -- troubles --------------------------------------------------------------------------
 
     def _skip(self, why: str) -> None:
+        self.skipped(f"a malformed or foreign publication ({why})")
+
+    def skipped(self, what: str) -> None:
+        """Malformed input skipped (the engine's own too): counted and logged."""
         self.counters.skipped += 1
-        self._log_trouble("skipped", f"cluster: skipped a malformed or foreign publication ({why})")
+        self._log_trouble("skipped", f"cluster: skipped {what}")
 
     def _log_trouble(self, key: str, text: str) -> None:
         self.broker.rate_limited_log(f"cluster {key}", self.reactor.seconds(), text)

@@ -3,8 +3,8 @@
 Each remote node's state is a set of fields (:mod:`msgbroker.clusterwire`): the members of
 its exact topics, its sbus patterns, the identities it holds, its queue groups. The view
 keeps them per node and the indexes routing asks about without a round trip: which nodes
-have members in a topic (and whether only queue members), which nodes' patterns match a
-topic, who holds an identity, which queue groups a topic has. Applying a change
+have members in a topic (and which of them members outside queue groups), which nodes'
+patterns match a topic, who holds an identity, which queue groups a topic has. Applying a change
 returns what it means for the local sessions: presence events to tell and identities
 claimed, for :class:`msgbroker.cluster.Cluster` to act on.
 """
@@ -53,6 +53,9 @@ class RemoteView:
         self.members: dict[str, dict[tuple[str, str], tuple[str, bool]]] = {}
         #: topic -> node -> how many of its members are in it
         self.topic_nodes: dict[str, dict[str, int]] = {}
+        #: topic -> node -> its members in it that are in no queue group (plain members get
+        #: the topic's publications; queue members read their group's store), never 0
+        self.plain: dict[str, dict[str, int]] = {}
         self.patterns: PatternIndex[str] = PatternIndex()
         #: identity -> the node holding it (the last to claim it)
         self.identities: dict[str, str] = {}
@@ -72,19 +75,19 @@ class RemoteView:
         exact = self.topic_nodes.get(topic, {})
         return [node for node in self.patterns.match(topic) if node not in exact]
 
+    def pattern_matches(self, topic: str) -> list[str]:
+        """Every node with a pattern matching ``topic``."""
+        return list(self.patterns.match(topic)) if self.patterns else []
+
+    def plain_nodes(self, topic: str) -> list[str]:
+        """The nodes with members in ``topic`` other than queue group members (those get
+        the topic's messages through their group's store, not its publications)."""
+        counts = self.plain.get(topic)
+        return [node for node, count in counts.items() if count > 0] if counts else []
+
     def plain_members(self, topic: str) -> bool:
-        """Whether some node has members in ``topic`` other than queue group members (those
-        get the topic's messages through their group's store, not its publications)."""
-        counts = self.topic_nodes.get(topic)
-        if not counts:
-            return False
-        groups = self.queues.get(topic)
-        if not groups:
-            return True
-        return any(
-            count > sum(nodes.get(node, 0) for nodes in groups.values())
-            for node, count in counts.items()
-        )
+        """Whether some node has members in ``topic`` other than queue group members."""
+        return any(count > 0 for count in self.plain.get(topic, {}).values())
 
     def nodes_in(self, topics: Iterable[str]) -> set[str]:
         found: set[str] = set()
@@ -146,6 +149,7 @@ class RemoteView:
             self.members.setdefault(topic, {})[node, identity] = (protocol, presence)
             counts = self.topic_nodes.setdefault(topic, {})
             counts[node] = counts.get(node, 0) + 1
+            self._plain(topic, node, 1)
             events.append(MemberEvent(True, topic, identity, protocol, presence))
         elif what[0] == wire.PATTERN:
             self.patterns.add(node, what[1])
@@ -155,10 +159,27 @@ class RemoteView:
             self.identities[what[1]] = node
             claims.append(what[1])
 
+    def _plain(self, topic: str, node: str, delta: int) -> None:
+        """``node`` has ``delta`` more plain members in ``topic``: a member joined (+1) or
+        left, or joined or left a queue group (its count in the group changed, the other
+        way; the two fields of one change may come in either order: a count may be below
+        0 for a moment)."""
+        counts = self.plain.setdefault(topic, {})
+        count = counts.get(node, 0) + delta
+        if count:
+            counts[node] = count
+        else:
+            del counts[node]
+            if not counts:
+                del self.plain[topic]
+
     def _queue_count(self, node: str, topic: str, group: str, count: int) -> None:
         self.queue_generation += 1
         groups = self.queues.setdefault(topic, {})
         nodes = groups.setdefault(group, {})
+        was = nodes.get(node, 0)
+        if count != was:
+            self._plain(topic, node, was - count)
         if count:
             nodes[node] = count
             return
@@ -190,6 +211,7 @@ class RemoteView:
             protocol, _presence = members.pop((node, identity), ("?", False))
             if not members:
                 self.members.pop(topic, None)
+            self._plain(topic, node, -1)
             counts = self.topic_nodes.get(topic, {})
             left = counts.get(node, 1) - 1
             if left > 0:

@@ -77,6 +77,25 @@ def body(op: str, items: Any = None) -> bytes:
     return pack([op, items])
 
 
+#: what every ``"m"`` body starts with: a 2-array, then the op
+_MESSAGES_HEAD = b"\x92" + pack(MESSAGES)
+
+
+def packed_items(items: list[Any]) -> bytes:
+    """``items`` packed one after the other, without the array's header: a part of a
+    :func:`messages_body` (packed in one call, then the header cut off)."""
+    packed = pack(items)
+    count = len(items)
+    return packed[1 if count < 16 else 3 if count < 65_536 else 5 :]
+
+
+def messages_body(parts: list[bytes], count: int) -> bytes:
+    """The body of a ``"m"`` publication whose ``count`` items are ``parts`` joined (each
+    from :func:`packed_items`): items going to several nodes are packed once."""
+    header: bytes = _packer.pack_array_header(count)
+    return _MESSAGES_HEAD + header + b"".join(parts)
+
+
 def decode(data: bytes) -> tuple[str, str, str, Any]:
     """``(node, epoch, op, items)``; :class:`WireError` for anything else."""
     unpacker = msgpack.Unpacker(

@@ -182,6 +182,12 @@ class EngineEvents(Protocol):
     def chunk_done(self) -> None:
         """The engine handed over everything one read held: deliveries are written now."""
 
+    def skipped(self, what: str) -> None:
+        """The engine skipped malformed input of its own (not a publication or an
+        announcement, which the cluster reads itself: a state request or reply, say):
+        ``what`` names it. Counted with the cluster's ``skipped`` (``/metrics``) and logged
+        (one line per 10 s)."""
+
 
 class Engine(Protocol):
     """What an engine does for its node. Every method returns at once (never blocks the

@@ -101,12 +101,19 @@ def msgbroker_collect_metrics(broker: Broker) -> list[Any]:
     for name, help_text in (
         ("messages_out", "Messages this node sent to other nodes."),
         ("messages_in", "Messages this node received from other nodes."),
-        ("publications_out", "Engine publications written (one per topic or node per batch)."),
+        (
+            "publications_out",
+            "Engine publications written (one per chunk, or one per node when its routes differ).",
+        ),
         ("publications_in", "Engine publications received."),
         ("bytes_out", "Bytes of publications written."),
         ("bytes_in", "Bytes of publications received."),
         ("dropped", "Messages that could not cross (engine away or its buffer full)."),
-        ("skipped", "Malformed or foreign publications skipped, and UCASTs whose target left."),
+        (
+            "skipped",
+            "Malformed or foreign input skipped (publications, the engine's state requests "
+            "and replies), and UCASTs whose target left.",
+        ),
         ("nodes_gone", "Nodes seen gone (no heartbeat, or left)."),
         ("connects", "Connections made to the engine."),
     ):

@@ -474,4 +474,4 @@ class NatsEngine:
 
     def _skip(self, what: str) -> None:
         self.skipped += 1
-        self.context.log("skipped", f"cluster: skipped {what} from NATS")
+        self.context.events.skipped(f"{what} from NATS")
