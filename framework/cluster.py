@@ -33,6 +33,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from . import clusterwire as wire
+from .clusterliveness import ReadLag
 from .clusterqueues import ClusterQueues
 from .clustertraffic import NODE_LOCAL, NOWHERE, ClusterCounters, Traffic
 from .clusterview import MemberEvent, RemoteNode, RemoteView
@@ -79,6 +80,8 @@ class Cluster:
         self._synced_waiters: list[Deferred[None]] = []
         self._timer: Any = None
         self._ticks = 0
+        #: how far behind this node reads (its own heartbeats not back yet)
+        self.read_lag = ReadLag(settings.heartbeat, settings.timeout)
         self._stopping = False
         self.engine: Engine
         #: the engine's announcements reach every node in one order (EngineSpec.ordered)
@@ -145,13 +148,15 @@ class Cluster:
     def _tick(self) -> None:
         """Every quarter heartbeat: beat on every fourth, and see who is gone."""
         self._ticks += 1
+        now = self.reactor.seconds()
         if self._ticks % 4 == 1 and self.connected:
             self.engine.beat()
-            self.engine.announce(self.header + wire.body(wire.HEARTBEAT), ())
+            if self.engine.announce(self.header + wire.body(wire.HEARTBEAT), ()):
+                self.read_lag.sent(now)
             self.engine.flush()
         if self.connected:  # unheard while we hear nobody proves nothing
-            now = self.reactor.seconds()
-            timeout = self.settings.timeout
+            # reading behind, we hear everyone late: they get as much longer (clusterliveness)
+            timeout = self.settings.timeout + self.read_lag.allowance(now)
             for node in list(self.view.nodes.values()):
                 if now - node.last_heard > timeout:
                     self._gone(node.name, f"no heartbeat for {now - node.last_heard:.2f} s")
@@ -303,6 +308,7 @@ class Cluster:
     def engine_connected(self) -> None:
         self.counters.connects += 1
         self.connected = True
+        self.read_lag.reset()
         now = self.reactor.seconds()
         for node in self.view.nodes.values():
             node.last_heard = now  # each gets a whole timeout to be heard again
@@ -332,6 +338,9 @@ class Cluster:
                 node = self.view.nodes[name] = RemoteNode(name, "", now)
             node.last_heard = now
             self._apply_events(self.view.replace(node, state), announced=False)
+        others = sorted(self.view.nodes)
+        log.info("cluster: {count} other node(s): {names}", count=len(others),
+                 names=", ".join(others) or "none")
         self._synced()
 
     def _snapshot_failed(self, failure: Any) -> None:
@@ -351,6 +360,7 @@ class Cluster:
         if self.connected:
             log.info("cluster: lost the engine ({reason}); reconnecting", reason=reason)
         self.connected = False
+        self.read_lag.reset()
         self.changes.notify()
 
     def delivered(self, data: bytes) -> None:
@@ -369,6 +379,8 @@ class Cluster:
             return
         if name == self.node:
             if epoch == self.epoch:
+                if op == wire.HEARTBEAT:
+                    self.read_lag.heard()
                 self._own(changes)
             else:
                 self._log_trouble("twin", f"cluster: another node is named {name!r} too")
@@ -383,6 +395,7 @@ class Cluster:
             if op == wire.BYE:
                 return
             node = view.nodes[name] = RemoteNode(name, epoch, now, syncing=True)
+            log.info("cluster: node {node} joined", node=name)
             node.waiting.append((op, changes))
             self._read_node(node)
             return

@@ -235,13 +235,17 @@ class Traffic:
         counters.publications_in += 1
         counters.bytes_in += len(data)
         try:
-            node, _epoch, op, items = wire.decode(data)
+            node, epoch, op, items = wire.decode(data)
             if op != wire.MESSAGES or not isinstance(items, list):
                 items = [None]  # not an item: refused below
             decoded = [wire.read_item(item, node) for item in items]
         except wire.WireError as e:
             cluster._skip(str(e))
             return
+        sender = cluster.view.nodes.get(node)
+        if sender is not None and sender.epoch == epoch:
+            # its data is a sign of life as good as a heartbeat (clusterliveness)
+            sender.last_heard = cluster.reactor.seconds()
         hub = cluster.hub
         hub.cluster = None  # what comes from another node is not sent on
         try:
