@@ -325,10 +325,20 @@ class Cluster:
             engine=self.engine.status().get("url", "the engine"),
         )
         self._snapshotting = True
-        self.engine.snapshot(None).addCallbacks(self._snapshot_read, self._snapshot_failed)
+        # an answer may come long before the request ends (NATS takes those that come
+        # within a heartbeat): what a known node announces meanwhile waits, to be applied
+        # on top of its answer, never overwritten by it
+        asked = {name: node for name, node in self.view.nodes.items() if not node.syncing}
+        for node in asked.values():
+            node.syncing = True
+        self.engine.snapshot(None).addCallbacks(
+            self._snapshot_read, self._snapshot_failed, callbackArgs=(asked,),
+            errbackArgs=(asked,),
+        )
         self.changes.notify()
 
-    def _snapshot_read(self, states: dict[str, Any]) -> None:
+    def _snapshot_read(self, states: dict[str, Any], asked: dict[str, RemoteNode]) -> None:
+        """Every node's state (``asked``: the nodes known when it was asked for)."""
         now = self.reactor.seconds()
         for name, state in states.items():
             if name == self.node:
@@ -336,17 +346,43 @@ class Cluster:
             node = self.view.nodes.get(name)
             if node is None:
                 node = self.view.nodes[name] = RemoteNode(name, "", now)
+            elif asked.get(name) is not node:
+                # first heard of meanwhile: its state was read on its own, asked later
+                # (so answered later) than this; this older answer would undo its changes
+                continue
             node.last_heard = now
             self._apply_events(self.view.replace(node, state), announced=False)
+        self._release(asked)
         others = sorted(self.view.nodes)
         log.info("cluster: {count} other node(s): {names}", count=len(others),
                  names=", ".join(others) or "none")
         self._synced()
 
-    def _snapshot_failed(self, failure: Any) -> None:
+    def _snapshot_failed(self, failure: Any, asked: dict[str, RemoteNode]) -> None:
         self._log_trouble("snapshot", f"cluster: could not read the other nodes' state: "
                           f"{failure.getErrorMessage()}")
+        self._release(asked)
         self._synced()
+
+    def _release(self, asked: dict[str, RemoteNode]) -> None:
+        """The announcements the nodes of ``asked`` made while every node's state was
+        being read, applied in order (those made before its answer again: each sets or
+        deletes a field, so the state ends as the node has it)."""
+        for name, node in asked.items():
+            if self.view.nodes.get(name) is not node or not node.syncing:
+                continue  # gone meanwhile
+            node.syncing = False
+            waiting, node.waiting = node.waiting, []
+            for index, (op, changes) in enumerate(waiting):
+                if self.view.nodes.get(name) is not node:
+                    break  # it said bye
+                if op == wire.JOIN:
+                    # it connected again: what it changed meanwhile it did not announce
+                    node.waiting = waiting[index + 1:]
+                    node.syncing = True
+                    self._read_node(node)
+                    break
+                self._handle(node, op, changes)
 
     def _synced(self) -> None:
         self._snapshotting = False

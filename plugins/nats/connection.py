@@ -25,6 +25,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from msgbroker.connection import no_delay
+
 from . import codec
 
 
@@ -136,6 +138,9 @@ class NatsConnection(Protocol):
 
     def connectionMade(self) -> None:
         self.wire = self.transport
+        # small writes (a heartbeat, a lone message) go at once, not after the server's
+        # delayed ACK of the previous one; the TLS upgrade later runs over this socket
+        no_delay(self.transport)
         self.transport.registerProducer(self, True)
 
     def dataReceived(self, data: bytes) -> None:

@@ -21,6 +21,8 @@ from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from msgbroker.connection import no_delay
+
 #: pub/sub commands answer with push messages, not replies
 _NO_REPLY = frozenset({b"SUBSCRIBE", b"UNSUBSCRIBE"})
 
@@ -111,6 +113,9 @@ class RedisConnection(Protocol):
     # -- Twisted ---------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
+        # small writes (a heartbeat, a lone message) go at once, not after Redis's delayed
+        # ACK of the previous one (through TLS too: the TCP socket under it)
+        no_delay(self.transport)
         self.transport.registerProducer(self, True)
         self.made.callback(self)
 

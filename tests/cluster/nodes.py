@@ -13,6 +13,7 @@ and :func:`log_lines` collects the log, waking a waiter at the line it waits for
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -84,6 +85,19 @@ class Node:
 
     def interested(self, topic: str) -> bool:
         return bool(self.call(lambda: self.cluster.interested(topic)))
+
+    def engine_no_delay(self) -> bool:
+        """Whether the TCP socket under the engine's connection (through TLS) has
+        TCP_NODELAY set."""
+
+        def read() -> bool:
+            transport = self.cluster.engine.conn.transport
+            while not hasattr(transport, "socket"):
+                transport = transport.transport  # the TLS layer's TCP transport
+            sock = transport.socket
+            return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        return bool(self.call(read))
 
     def holds_remotely(self, identity: str) -> bool:
         return identity in self.call(lambda: dict(self.cluster.view.identities))

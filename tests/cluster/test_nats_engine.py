@@ -78,6 +78,8 @@ def test_topics_of_every_shape_cross_as_themselves_never_as_wildcards(
         seen = [spy.next_msg().subject for _ in AWKWARD]
         assert seen == [b"msgbroker.t." + codec.topic_token(t) for t in AWKWARD]
         assert b"msgbroker.t.a%20b%2Ec" in seen
+        # Nagle off: a lone message is not held for the server's delayed ACK of the last
+        assert a.engine_no_delay() and c.engine_no_delay()
         assert [codec.token_topic(s.split(b".", 2)[2]) for s in seen] == AWKWARD
 
 
@@ -175,6 +177,8 @@ def test_tls_to_nats_with_the_cluster_ca_and_a_client_certificate(tmp_path: Path
                 a.until_interested("secure")
                 pub.mcast("secure", b"over TLS")
                 assert sub.next_event(timeout=WAIT).payload == b"over TLS"
+            # Nagle off on the TCP socket under TLS too: small writes go at once
+            assert a.engine_no_delay() and b.engine_no_delay()
         # without a client certificate the server refuses: logged, never connected
         with log_lines() as lines:
             alone = Node(reactor_thread(), url, LISTENERS, {"tls-ca": str(pki.ca.cert_path)}, {})

@@ -37,6 +37,8 @@ def test_mcast_crosses_to_the_nodes_with_subscribers_only(nodes: list[Node]) -> 
         # c has no subscriber: nothing was sent to it
         assert c.call(lambda: c.cluster.counters.publications_in) == 0
         sub_c.ping()
+        # Nagle off: a lone message is not held for Redis's delayed ACK of the last one
+        assert a.engine_no_delay() and b.engine_no_delay()
 
 
 def test_ucast_to_an_identity_on_another_node_and_404_when_nobody_holds_it(
@@ -139,3 +141,5 @@ def test_rediss_with_a_ca_and_a_client_certificate(tmp_path: Path) -> None:
                 a.until_interested("secure")
                 pub.mcast("secure", b"over TLS")
                 assert sub.next_event(timeout=5).payload == b"over TLS"
+            # Nagle off on the TCP socket under TLS too: small writes go at once
+            assert a.engine_no_delay() and b.engine_no_delay()
