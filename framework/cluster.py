@@ -32,6 +32,7 @@ from attrs import asdict
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from . import clustersync
 from . import clusterwire as wire
 from .clusterliveness import ReadLag
 from .clusterqueues import ClusterQueues
@@ -98,7 +99,7 @@ class Cluster:
         """This node, on the engine ``spec`` builds; ``None`` when it builds none (memory)."""
         cluster = cls(broker, settings, node)
         context = EngineContext(
-            node, settings.url, settings, cluster.reactor, cluster, cluster._log_trouble
+            node, settings.url, settings, cluster.reactor, cluster, cluster.log_trouble
         )
         engine = spec.build(context)
         if engine is None:
@@ -325,66 +326,11 @@ class Cluster:
             engine=self.engine.status().get("url", "the engine"),
         )
         self._snapshotting = True
-        # an answer may come long before the request ends (NATS takes those that come
-        # within a heartbeat): what a known node announces meanwhile waits, to be applied
-        # on top of its answer, never overwritten by it
-        asked = {name: node for name, node in self.view.nodes.items() if not node.syncing}
-        for node in asked.values():
-            node.syncing = True
-        self.engine.snapshot(None).addCallbacks(
-            self._snapshot_read, self._snapshot_failed, callbackArgs=(asked,),
-            errbackArgs=(asked,),
-        )
+        clustersync.read_every_node(self)
         self.changes.notify()
 
-    def _snapshot_read(self, states: dict[str, Any], asked: dict[str, RemoteNode]) -> None:
-        """Every node's state (``asked``: the nodes known when it was asked for)."""
-        now = self.reactor.seconds()
-        for name, state in states.items():
-            if name == self.node:
-                continue
-            node = self.view.nodes.get(name)
-            if node is None:
-                node = self.view.nodes[name] = RemoteNode(name, "", now)
-            elif asked.get(name) is not node:
-                # first heard of meanwhile: its state was read on its own, asked later
-                # (so answered later) than this; this older answer would undo its changes
-                continue
-            node.last_heard = now
-            self._apply_events(self.view.replace(node, state), announced=False)
-        self._release(asked)
-        others = sorted(self.view.nodes)
-        log.info("cluster: {count} other node(s): {names}", count=len(others),
-                 names=", ".join(others) or "none")
-        self._synced()
-
-    def _snapshot_failed(self, failure: Any, asked: dict[str, RemoteNode]) -> None:
-        self._log_trouble("snapshot", f"cluster: could not read the other nodes' state: "
-                          f"{failure.getErrorMessage()}")
-        self._release(asked)
-        self._synced()
-
-    def _release(self, asked: dict[str, RemoteNode]) -> None:
-        """The announcements the nodes of ``asked`` made while every node's state was
-        being read, applied in order (those made before its answer again: each sets or
-        deletes a field, so the state ends as the node has it)."""
-        for name, node in asked.items():
-            if self.view.nodes.get(name) is not node or not node.syncing:
-                continue  # gone meanwhile
-            node.syncing = False
-            waiting, node.waiting = node.waiting, []
-            for index, (op, changes) in enumerate(waiting):
-                if self.view.nodes.get(name) is not node:
-                    break  # it said bye
-                if op == wire.JOIN:
-                    # it connected again: what it changed meanwhile it did not announce
-                    node.waiting = waiting[index + 1:]
-                    node.syncing = True
-                    self._read_node(node)
-                    break
-                self._handle(node, op, changes)
-
-    def _synced(self) -> None:
+    def synced(self) -> None:
+        """Every node's state is read (or could not be): those waiting are told."""
         self._snapshotting = False
         self.broker.batcher.flush()
         waiters, self._synced_waiters = self._synced_waiters, []
@@ -419,7 +365,7 @@ class Cluster:
                     self.read_lag.heard()
                 self._own(changes)
             else:
-                self._log_trouble("twin", f"cluster: another node is named {name!r} too")
+                self.log_trouble("twin", f"cluster: another node is named {name!r} too")
             return
         view = self.view
         node = view.nodes.get(name)
@@ -433,45 +379,23 @@ class Cluster:
             node = view.nodes[name] = RemoteNode(name, epoch, now, syncing=True)
             log.info("cluster: node {node} joined", node=name)
             node.waiting.append((op, changes))
-            self._read_node(node)
+            clustersync.read_node(self, node)
             return
         node.epoch = epoch
         node.last_heard = now
         if node.syncing:
             node.waiting.append((op, changes))
             return
-        self._handle(node, op, changes)
+        self.handle(node, op, changes)
 
-    def _handle(self, node: RemoteNode, op: str, changes: Any) -> None:
+    def handle(self, node: RemoteNode, op: str, changes: Any) -> None:
         if op == wire.CHANGES:
-            self._apply_events(self.view.apply(node, changes), announced=True, claimant=node.name)
+            self.apply_events(self.view.apply(node, changes), announced=True, claimant=node.name)
         elif op == wire.JOIN:
             node.syncing = True
-            self._read_node(node)
+            clustersync.read_node(self, node)
         elif op == wire.BYE:
             self._gone(node.name, "left")
-
-    def _read_node(self, node: RemoteNode) -> None:
-        def read(states: dict[str, Any]) -> None:
-            if self.view.nodes.get(node.name) is not node:
-                return
-            state = states.get(node.name)
-            if state is not None:
-                self._apply_events(self.view.replace(node, state), announced=False)
-            node.syncing = False
-            waiting, node.waiting = node.waiting, []
-            for op, changes in waiting:
-                if op != wire.JOIN:
-                    self._handle(node, op, changes)
-            self.broker.batcher.flush()
-            self.changes.notify()  # a snapshot may complete on a timer, not in a chunk
-
-        def failed(failure: Any) -> None:
-            node.syncing = False
-            self._log_trouble("snapshot", f"cluster: could not read node {node.name}'s state")
-            self.changes.notify()
-
-        self.engine.snapshot([node.name]).addCallbacks(read, failed)
 
     def _own(self, changes: Any) -> None:
         """Our own announcement came back: our claims in it are now in everyone's order."""
@@ -485,7 +409,7 @@ class Cluster:
                     else:
                         self._claims.pop(what[1], None)
 
-    def _apply_events(
+    def apply_events(
         self, result: tuple[list[MemberEvent], list[str]], announced: bool, claimant: str = ""
     ) -> None:
         events, claims = result
@@ -524,7 +448,7 @@ class Cluster:
             return
         self.counters.nodes_gone += 1
         log.info("cluster: node {node} is gone ({why})", node=name, why=why)
-        self._apply_events((events, []), announced=False)
+        self.apply_events((events, []), announced=False)
         self.broker.batcher.flush()
         self.changes.notify()  # on a timer too (a missed heartbeat), not in a chunk
 
@@ -536,9 +460,9 @@ class Cluster:
     def skipped(self, what: str) -> None:
         """Malformed input skipped (the engine's own too): counted and logged."""
         self.counters.skipped += 1
-        self._log_trouble("skipped", f"cluster: skipped {what}")
+        self.log_trouble("skipped", f"cluster: skipped {what}")
 
-    def _log_trouble(self, key: str, text: str) -> None:
+    def log_trouble(self, key: str, text: str) -> None:
         self.broker.rate_limited_log(f"cluster {key}", self.reactor.seconds(), text)
 
     def metrics(self) -> dict[str, Any]:

@@ -304,7 +304,7 @@ class ClusterQueues:
     # -- troubles and figures --------------------------------------------------------------
 
     def trouble(self, key: str, text: str) -> None:
-        self.cluster._log_trouble(f"queue {key}", f"cluster queues: {text}")
+        self.cluster.log_trouble(f"queue {key}", f"cluster queues: {text}")
 
     def metrics(self) -> dict[str, Any]:
         return {

@@ -211,7 +211,7 @@ class Traffic:
         counters.messages_out += sent
         if dropped:
             counters.dropped += dropped
-            self.cluster._log_trouble(
+            self.cluster.log_trouble(
                 "dropped", f"cluster: messages could not cross ({dropped} now)"
             )
 
