@@ -304,8 +304,8 @@ class RedisEngine:
         result: dict[str, NodeState] = {}
         for name, live, state_d in zip(names, alive, states_d, strict=True):
             state = await state_d
-            if live is not None and state:
-                result[name] = _as_dict(state)
+            if live is not None:  # alive; its state may be empty (no member yet)
+                result[name] = _as_dict(state) if state else {}
         return result
 
     def flush(self) -> None:
