@@ -8,49 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 
-from msgbroker import Broker, BrokerConfig, hookimpl
+from msgbroker import Broker, BrokerConfig
 from msgbroker import clusterwire as wire
 from msgbroker.cluster import Cluster
 from msgbroker.clusterliveness import MAX_TIMEOUTS, ReadLag
-from msgbroker.engine import EngineContext, EngineSpec
 from msgbroker.message import Kind, Message
+from tests.cluster.fake_engine import FakeEnginePlugin
 
 PEER = wire.header("peer", "e1")
-
-
-class _Engine:
-    """Takes everything, keeps what this node announces (its heartbeats among them)."""
-
-    def __init__(self, context: EngineContext) -> None:
-        self.announced: list[bytes] = []
-
-    def announce(self, data: bytes, changes: Any) -> bool:
-        self.announced.append(data)
-        return True
-
-    def snapshot(self, nodes: Any = None) -> Any:
-        return succeed({})
-
-    def status(self) -> dict[str, Any]:
-        return {"connected": True, "buffered": 0}
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args: True
-
-
-class _Plugin:
-    @hookimpl
-    def msgbroker_register_engines(self, register: Any) -> None:
-        register(EngineSpec("fake", ("fake",), _Engine))
 
 
 def _node() -> tuple[Cluster, Clock]:
     clock = Clock()
     config = BrokerConfig(auth=("open",), sections={"cluster": {"url": "fake://x"}})
-    broker = Broker(config, clock, plugins=(_Plugin(),))
+    broker = Broker(config, clock, plugins=(FakeEnginePlugin(),))
     broker.started()
     cluster = broker.cluster
     assert cluster is not None

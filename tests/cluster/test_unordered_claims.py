@@ -9,46 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 
-from msgbroker import Broker, BrokerConfig, hookimpl
+from msgbroker import Broker, BrokerConfig
 from msgbroker import clusterwire as wire
 from msgbroker.clusterview import RemoteNode, RemoteView
-from msgbroker.engine import EngineContext, EngineSpec
 from msgbroker.errors import NotAllowed
 from msgbroker.testing import SessionDriver, drive
-
-
-class _Engine:
-    """Takes everything; every other node's stored state is empty."""
-
-    def __init__(self, context: EngineContext) -> None:
-        self.context = context
-        self.announced: list[bytes] = []
-
-    def announce(self, data: bytes, changes: Any) -> bool:
-        self.announced.append(data)
-        return True
-
-    def snapshot(self, nodes: Any = None) -> Any:
-        return succeed({})
-
-    def status(self) -> dict[str, Any]:
-        return {"connected": True, "buffered": 0}
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args: True
+from tests.cluster.fake_engine import FakeEnginePlugin
 
 
 def _broker(ordered: bool, node: str, no_queue_groups: str = "") -> Broker:
-    class Plugin:
-        @hookimpl
-        def msgbroker_register_engines(self, register: Any) -> None:
-            register(EngineSpec("fake", ("fake",), _Engine, "", ordered, no_queue_groups))
-
     config = BrokerConfig(auth=("open",), sections={"cluster": {"url": "fake://x"}})
-    broker = Broker(config, Clock(), plugins=(Plugin(),))
+    broker = Broker(config, Clock(), plugins=(FakeEnginePlugin(ordered, no_queue_groups),))
     broker.node_name = node  # type: ignore[attr-defined]
     broker.started()
     assert broker.cluster is not None
