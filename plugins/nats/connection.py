@@ -26,6 +26,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from msgbroker.connection import no_delay
+from msgbroker.engineoutput import EngineOutput
 
 from . import codec
 
@@ -73,11 +74,7 @@ class NatsConnection(Protocol):
         self.ready = False
         #: one Deferred per PING of :meth:`ping` awaiting its PONG (None: the handshake's)
         self._pongs: deque[Deferred[None] | None] = deque()
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._held: list[bytes] = []
-        self.held_bytes = 0
-        self.paused = False
+        self.output = EngineOutput(max_buffer)
         self.lost = False
         #: where output goes: the TCP transport, or the TLS layer over it
         self.wire: Any = None
@@ -91,25 +88,15 @@ class NatsConnection(Protocol):
         not read (``force``: queue anyway, for the node's own state)."""
         if not self.ready or self.lost:
             return False
-        if self.paused and not force and (
-            self.held_bytes + self._out_bytes + len(data) > self.max_buffer
-        ):
+        if not self.output.fits(len(data), force):
             return False
-        self._out.append(data)
-        self._out_bytes += len(data)
+        self.output.queue(data)
         return True
 
     def flush(self) -> None:
         """Write what was queued, in one write (held instead while the server does not read)."""
-        if not self._out or self.lost:
-            return
-        data = b"".join(self._out)
-        self._out, self._out_bytes = [], 0
-        if self.paused:
-            self._held.append(data)
-            self.held_bytes += len(data)
-        else:
-            self.wire.write(data)
+        if not self.lost:
+            self.output.flush()
 
     def close(self) -> None:
         """Close once what is written is sent (after TLS's close_notify)."""
@@ -132,12 +119,13 @@ class NatsConnection(Protocol):
 
     @property
     def buffered(self) -> int:
-        return self.held_bytes + self._out_bytes
+        return self.output.buffered
 
     # -- Twisted ---------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
         self.wire = self.transport
+        self.output.write = self.wire.write
         # small writes (a heartbeat, a lone message) go at once, not after the server's
         # delayed ACK of the previous one; the TLS upgrade later runs over this socket
         no_delay(self.transport)
@@ -196,6 +184,7 @@ class NatsConnection(Protocol):
         tls = factory.buildProtocol(transport.getPeer())
         tls.makeConnection(transport)
         self._tls = self.wire = tls
+        self.output.write = tls.write
         tls.registerProducer(self, True)
 
     def _pong(self) -> None:
@@ -213,19 +202,16 @@ class NatsConnection(Protocol):
         for d in pongs:
             if d is not None:
                 d.errback(NatsError("connection lost"))
-        self._out, self._out_bytes, self._held, self.held_bytes = [], 0, [], 0
+        self.output.clear()
         if self._tls is not None:
             self._tls.connectionLost(reason)
         self.on_lost(reason.getErrorMessage())
 
     def pauseProducing(self) -> None:
-        self.paused = True
+        self.output.pause()
 
     def resumeProducing(self) -> None:
-        self.paused = False
-        held, self._held, self.held_bytes = self._held, [], 0
-        if held:
-            self.wire.write(b"".join(held))
+        self.output.resume()
 
     def stopProducing(self) -> None:
         """Nothing to stop: :meth:`connectionLost` follows when the connection ends."""

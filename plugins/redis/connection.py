@@ -22,6 +22,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from msgbroker.connection import no_delay
+from msgbroker.engineoutput import EngineOutput
 
 #: pub/sub commands answer with push messages, not replies
 _NO_REPLY = frozenset({b"SUBSCRIBE", b"UNSUBSCRIBE"})
@@ -58,10 +59,7 @@ class RedisConnection(Protocol):
         self.reader = hiredis.Reader()
         #: one entry per command awaiting its reply: a Deferred, or None (not awaited)
         self._pending: deque[Deferred[Any] | None] = deque()
-        self._out: list[bytes] = []
-        self._held: list[bytes] = []
-        self.held_bytes = 0
-        self.paused = False
+        self.output = EngineOutput(max_buffer)
         self.lost = False
         self.made: Deferred[RedisConnection] = Deferred()
 
@@ -73,7 +71,7 @@ class RedisConnection(Protocol):
         if self.lost:
             d.errback(RedisError("not connected"))
             return d
-        self._out.append(pack(*args))
+        self.output.queue(pack(*args))
         self._pending.append(d)
         return d
 
@@ -84,11 +82,9 @@ class RedisConnection(Protocol):
         if self.lost:
             return False
         packed = [pack(*args) for args in commands]
-        if self.paused and not force:
-            size = sum(map(len, packed))
-            if self.held_bytes + size > self.max_buffer:
-                return False
-        self._out.extend(packed)
+        if not self.output.fits(sum(map(len, packed)), force):
+            return False
+        self.output.queue_all(packed)
         for args in commands:
             if args[0] not in _NO_REPLY:  # command names are upper-case bytes here
                 self._pending.append(None)
@@ -96,19 +92,12 @@ class RedisConnection(Protocol):
 
     def flush(self) -> None:
         """Write what was queued, in one write (held instead while Redis does not read)."""
-        if not self._out or self.lost:
-            return
-        data = b"".join(self._out)
-        self._out = []
-        if self.paused:
-            self._held.append(data)
-            self.held_bytes += len(data)
-        else:
-            self.transport.write(data)
+        if not self.lost:
+            self.output.flush()
 
     @property
     def buffered(self) -> int:
-        return self.held_bytes + sum(map(len, self._out))
+        return self.output.buffered
 
     # -- Twisted ---------------------------------------------------------------------------
 
@@ -116,6 +105,7 @@ class RedisConnection(Protocol):
         # small writes (a heartbeat, a lone message) go at once, not after Redis's delayed
         # ACK of the previous one (through TLS too: the TCP socket under it)
         no_delay(self.transport)
+        self.output.write = self.transport.write
         self.transport.registerProducer(self, True)
         self.made.callback(self)
 
@@ -150,17 +140,14 @@ class RedisConnection(Protocol):
         for d in pending:
             if d is not None:
                 d.errback(RedisError("connection lost"))
-        self._out, self._held, self.held_bytes = [], [], 0
+        self.output.clear()
         self.on_lost(reason.getErrorMessage())
 
     def pauseProducing(self) -> None:
-        self.paused = True
+        self.output.pause()
 
     def resumeProducing(self) -> None:
-        self.paused = False
-        held, self._held, self.held_bytes = self._held, [], 0
-        if held:
-            self.transport.write(b"".join(held))
+        self.output.resume()
 
     def stopProducing(self) -> None:
         """Nothing to stop: :meth:`connectionLost` follows when the connection ends (TLS
