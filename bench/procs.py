@@ -331,7 +331,9 @@ class Profiler:
     """``py-spy record --pid PID`` around one measurement; collapsed stacks (``raw``)."""
 
     def __init__(self, pid: int, out: Path, rate: int, timeout: float = 20.0) -> None:
-        binary = shutil.which("py-spy")
+        # the one installed beside the harness's interpreter (a venv's bin/), or on PATH
+        beside = Path(sys.executable).parent / "py-spy"
+        binary = str(beside) if beside.exists() else shutil.which("py-spy")
         if binary is None:
             raise RuntimeError("py-spy not found (pip install py-spy)")
         self.out = out
