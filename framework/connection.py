@@ -7,8 +7,9 @@ requests (``self.timers``) out. It never sees Twisted.
 
 :class:`Connection` is the one adapter around it, composed, not inherited: it opens the
 broker's :class:`~msgbroker.session.Session` with the output the server session chooses,
-feeds it input and flushes the batch after each input, runs its timers on the reactor
-(:class:`Timers`: the session asks for deadlines, the adapter ticks), carries out closes
+feeds it input (what that causes is written at the end of the reactor turn), runs its
+timers on the reactor (:class:`Timers`: the session asks for deadlines, the adapter
+ticks), carries out closes
 and tells the broker when the connection is gone. What differs per transport is a small
 :class:`TransportLink` — how to close, pause and resume reading, which certificate the
 peer showed: :class:`StreamProtocol` for TCP and TLS here; STMP's WebSocket and sbus's
@@ -219,12 +220,13 @@ class Connection:
         session = self.session
         session.bytes_in += len(data)
         session.messages_in += stats.routed - routed
-        self.broker.batcher.flush()  # what this input caused: one write per recipient
+        # what this input caused is written at the end of the reactor turn (the batcher's
+        # call): with every other input read in this turn, one write per recipient
 
     def packets_received(self, packets: Iterable[bytes]) -> None:
         """Inputs that come whole, several per read (a packet transport's slice, maybe read
         lazily: it stops at the packet after which the session held its input or closed):
-        to the session's ``packets_received``, then one flush for them all."""
+        to the session's ``packets_received``, written at the end of the reactor turn."""
         if self.session.close_reason is not None:
             for _ in packets:  # read and let go: unread, the socket would stay readable
                 pass
@@ -233,12 +235,11 @@ class Connection:
         routed = stats.routed
         self.server.packets_received(packets)
         self.session.messages_in += stats.routed - routed
-        self.broker.batcher.flush()
 
     def feed_to(self, handle: Callable[..., None], *args: Any, size: int = 0) -> None:
         """Input the transport glue decoded itself (a WebSocket message and its type, of
-        ``size`` bytes), for a method of the server session: ``handle(*args)``, then the
-        batch is flushed, as after :meth:`data_received`."""
+        ``size`` bytes), for a method of the server session: ``handle(*args)``; its output is
+        written at the end of the reactor turn, as after :meth:`data_received`."""
         if self.session.close_reason is not None:
             return
         stats = self.broker.hub.stats
@@ -247,7 +248,6 @@ class Connection:
         session = self.session
         session.bytes_in += size
         session.messages_in += stats.routed - routed
-        self.broker.batcher.flush()
 
     def lost(self) -> None:
         """The transport is gone, whatever the reason."""
@@ -280,7 +280,10 @@ class Connection:
     # -- the session's link -------------------------------------------------------------------
 
     def close_transport(self, reason: CloseReason) -> None:
-        self.transport_link.end(reason, reason in self.server.aborted_on)
+        abort = reason in self.server.aborted_on
+        if not abort:  # what is batched (the answer that explains the close) goes first
+            self.session.output.flush()
+        self.transport_link.end(reason, abort)
 
     def abort(self) -> None:
         """Cut the connection now (shutdown's last resort)."""

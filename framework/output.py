@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from attrs import frozen
+from twisted.internet import tcp
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
@@ -141,11 +142,12 @@ def _held(item: tuple[Any, int]) -> int:
 
 
 class Batcher:
-    """Coalesces deliveries: an output queues what the hub sends it and is written once
-    when the batch is flushed — at the end of the received chunk that caused it (the
-    connection adapter calls :meth:`flush`), or at the latest on the next reactor turn. A
-    publisher's chunk of many messages then costs each recipient one transport write, not
-    one per message."""
+    """Coalesces output: an output queues what the hub sends it (and the replies to its
+    peer) and is written once when the batch is flushed — at the end of the reactor turn
+    (``callLater(0)`` runs after every input the poll reported has been read), or earlier
+    where the order of events needs it (:meth:`flush`). The chunks of many messages that
+    publishers sent in one turn then cost each recipient one write, not one per message
+    nor one per chunk; with :func:`write_through`, a system call and no ``epoll_ctl``."""
 
     def __init__(self, clock: Any) -> None:
         self._clock = clock
@@ -189,6 +191,8 @@ class TransportOutput:
         "_drained",
         "_held",
         "_pending",
+        "_replies",
+        "_write",
         "batcher",
         "budget",
         "held_bytes",
@@ -213,6 +217,9 @@ class TransportOutput:
         self.batcher = batcher
         self.budget = budget
         self._pending: list[bytes] = []
+        #: where in ``_pending`` the replies are (None: no reply in this batch)
+        self._replies: list[int] | None = None
+        self._write = write_through if _writes_through(transport) else _write
         self._held: deque[bytes] = deque()
         #: bytes held here because the transport's buffer is full
         self.held_bytes = 0
@@ -228,42 +235,78 @@ class TransportOutput:
             self.batcher.mark(self)
         pending.append(frame)
 
+    def reply(self, frame: bytes) -> None:
+        # batched with the deliveries, in the order they were produced: a publisher's chunk
+        # of requests is answered with one write, not one per request
+        pending = self._pending
+        if not pending:
+            self.batcher.mark(self)
+        replies = self._replies
+        if replies is None:
+            replies = self._replies = []
+        replies.append(len(pending))
+        pending.append(frame)
+
     def flush(self) -> None:
         pending = self._pending
         if not pending:
             return
+        replies = self._replies
+        if self.stopped:
+            pending.clear()
+            self._replies = None
+            return
+        if self.paused:  # the peer does not read: hold within the budgets (rare)
+            self._flush_paused()
+            return
         data = pending[0] if len(pending) == 1 else b"".join(pending)
         count = len(pending)
         pending.clear()
-        if self.stopped:
-            return
-        if not self.paused:
-            self.transport.write(data)
-        elif not self._hold(data):
-            self._drop(count)
-            return
+        if replies is not None:
+            count -= len(replies)
+            self._replies = None
+        self._write(self.transport, data)
         # counted per batch, not per frame
         session = self.session
         session.bytes_out += len(data)
         session.frames_out += count
 
-    def reply(self, frame: bytes) -> None:
-        if self._pending:  # keep this peer's output in the order it was produced
-            self.flush()
-        if self.stopped:
-            return
-        if not self.paused:
-            self.transport.write(frame)
-        elif not self._hold(frame):
-            self.stopped = True
-            self.session.close(CloseReason.SLOW_CONSUMER)
-            return
-        self.session.bytes_out += len(frame)
+    def _flush_paused(self) -> None:
+        """The batch while the transport is full: deliveries are held or, past the budget,
+        dropped (or the peer disconnected: its policy); a reply is held or the peer is
+        disconnected, never dropped."""
+        pending = self._pending
+        replies = self._replies or ()
+        batch = pending[:]
+        pending.clear()
+        self._replies = None
+        session = self.session
+        start = 0
+        for at in [*replies, len(batch)]:
+            if at > start:  # deliveries batch[start:at]
+                data = b"".join(batch[start:at])
+                if not self._hold(data):
+                    self._drop(at - start)
+                    if self.stopped:
+                        return
+                else:
+                    session.bytes_out += len(data)
+                    session.frames_out += at - start
+            if at == len(batch):
+                return
+            frame = batch[at]
+            if not self._hold(frame):
+                self.stopped = True
+                session.close(CloseReason.SLOW_CONSUMER)
+                return
+            session.bytes_out += len(frame)
+            start = at + 1
 
     def stop(self) -> None:
         self.stopped = True
         self._drained = None
         self._pending.clear()
+        self._replies = None
         self._release()
 
     def when_drained(self, call: Callable[[], None]) -> None:
@@ -345,3 +388,42 @@ class TransportOutput:
     def _report(self) -> None:
         if self.budget is not None:
             self.budget.update(self, self.held_bytes)
+
+
+def _write(transport: Any, data: bytes) -> None:
+    transport.write(data)
+
+
+def _writes_through(transport: Any) -> bool:
+    """Whether ``transport`` is a TCP or unix stream connection of Twisted's own (its TLS
+    is known only later, so :func:`write_through` checks it on every write)."""
+    return isinstance(transport, tcp.Connection)
+
+
+def write_through(transport: Any, data: bytes) -> None:
+    """Write ``data`` to a Twisted TCP transport, sending it now when nothing is queued.
+
+    Twisted's ``write`` only queues: it asks epoll to watch the socket for writability
+    (``epoll_ctl``), and the next reactor turn sends and stops watching (``epoll_ctl``
+    again), one more poll and dispatch per write. The batcher already writes once per
+    recipient per reactor turn, at its end, so there is nothing left to coalesce: send at
+    once, and hand Twisted only what the socket did not take (it then paces the rest, and
+    pauses this output past its high-water mark, as before). Through TLS, while Twisted
+    still holds bytes, or once the connection is closing, Twisted's write does it all.
+    """
+    if (
+        transport.dataBuffer
+        or transport._tempDataLen
+        or transport.TLS
+        or transport.disconnecting
+        or transport._writeDisconnecting
+        or not transport.connected
+    ):
+        transport.write(data)
+        return
+    try:
+        sent = transport.socket.send(data)
+    except OSError:  # EAGAIN, or a failing connection: Twisted's write finds out and reports
+        sent = 0
+    if sent < len(data):
+        transport.write(data[sent:] if sent else data)

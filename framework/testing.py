@@ -61,9 +61,13 @@ class FakeConnection:
         """Deliver ``data`` from the peer to the broker (no-op once closed)."""
         if self.transport.closed_by is None:
             self.protocol.dataReceived(data)
+            # a real reactor writes the batch at the end of the turn
+            self.protocol.connection.broker.batcher.flush()
 
     def received(self) -> bytes:
-        """What the broker wrote since the last call."""
+        """What the broker wrote since the last call (the batch included, as the reactor
+        writes it at the end of the turn)."""
+        self.protocol.connection.broker.batcher.flush()
         data: bytes = self.transport.value()
         self.transport.clear()
         return data
@@ -263,7 +267,9 @@ class SessionDriver:
             self.broker.batcher.flush()
 
     def received(self) -> bytes:
-        """What the session wrote since the last call."""
+        """What the session wrote since the last call (the batch included: the reactor
+        writes it at the end of the turn, before anyone could look)."""
+        self.broker.batcher.flush()
         data = bytes(self.wire.data)
         self.wire.data.clear()
         self.wire.writes.clear()
@@ -272,6 +278,7 @@ class SessionDriver:
     def received_packets(self) -> list[bytes]:
         """What the session wrote since the last call, one item per write: the packets,
         for a protocol on a packet transport (sbus)."""
+        self.broker.batcher.flush()
         writes = self.wire.writes[:]
         self.wire.data.clear()
         self.wire.writes.clear()
@@ -292,7 +299,10 @@ class SessionDriver:
     # -- the session's link ---------------------------------------------------------------------
 
     def close_transport(self, reason: CloseReason) -> None:
-        self.closed_by = "abort" if reason in self.server.aborted_on else "close"
+        abort = reason in self.server.aborted_on
+        self.closed_by = "abort" if abort else "close"
+        if not abort:  # as the connection adapter: what is batched goes before the close
+            self.session.output.flush()
         self.wire.unregisterProducer()
         self.lose()
 

@@ -1,6 +1,7 @@
 """How a connection hands its session what the transport knows and what it reads: options
-for the session's constructor, and packets several per read with one flush for them all
-(msgbroker.connection.Connection; msgbroker.testing.SessionDriver does the same sans-IO)."""
+for the session's constructor, and packets several per read, whose output is written once,
+at the end of the reactor turn (msgbroker.connection.Connection; msgbroker.testing.SessionDriver
+does the same sans-IO)."""
 
 from __future__ import annotations
 
@@ -59,15 +60,20 @@ def test_options_reach_the_session_before_it_opens():
     wire = MemoryWire()
     link = RecordingTransportLink()
     connection = Connection(broker, Echoing, link, wire, options={"greeting": b"hi"})
-    assert connection.server.greeting == b"hi" and bytes(wire.data) == b"hi"
+    assert connection.server.greeting == b"hi"
+    broker.reactor.advance(0)  # the end of the reactor turn
+    assert bytes(wire.data) == b"hi"
 
 
-def test_packets_go_in_order_and_are_flushed_once_for_the_slice():
+def test_packets_go_in_order_and_are_written_once_at_the_end_of_the_turn():
     broker, subscriber = broker_with_a_subscriber()
     connection = Connection(broker, Echoing, RecordingTransportLink(), MemoryWire())
     connection.packets_received([b"a", b"b", b"c"])
-    assert connection.server.inputs == [b"a", b"b", b"c"]
-    assert subscriber.writes == [b"<a><b><c>"]  # one write for the three
+    connection.data_received(b"d")  # another input read in the same reactor turn
+    assert connection.server.inputs == [b"a", b"b", b"c", b"d"]
+    assert subscriber.writes == []
+    broker.reactor.advance(0)  # the end of the reactor turn
+    assert subscriber.writes == [b"<a><b><c><d>"]  # one write for them all
 
 
 def test_a_lazy_slice_stops_where_its_transport_stops_reading():
@@ -91,6 +97,7 @@ def test_a_driven_session_gets_options_and_shows_each_write():
     driver = drive(broker, "echoing", greeting=b"hello")
     assert driver.server.greeting == b"hello"
     driver.server.reply(b"two")
-    assert driver.received_packets() == [b"hello", b"two"]
+    # a stream protocol's replies are batched: one write per reactor turn
+    assert driver.received_packets() == [b"hellotwo"]
     driver.server.reply(b"three")
     assert driver.received() == b"three" and driver.received_packets() == []

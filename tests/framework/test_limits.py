@@ -233,6 +233,7 @@ def test_slow_consumer_disconnect_and_drops_are_logged():
     session.identity = "alice"
     driver.wire.fill()
     session.output.reply(b"r" * 200)  # over the broker's budget: a reply is never dropped
+    broker.batcher.flush()  # the end of the reactor turn
     assert session.close_reason == "slow consumer"
     assert any("slow ssmp consumer alice (h) disconnected" in line for line in lines)
 
