@@ -30,6 +30,7 @@ from .errors import (
     NotSubscribed,
 )
 from .filters import Filter
+from .framerouting import multicast_frame, multicast_frames
 from .message import ANONYMOUS, Encoder, Message, MessageRun, RouteResult
 from .patterns import PatternIndex
 from .queuerouting import route_with_queues
@@ -256,6 +257,11 @@ class Hub:
         if topic.filtered:
             return self._route(message, with_filtered(topic, message), exclude)
         return self._route(message, topic.by_encoder, exclude)
+
+    # MCASTs given as the sender's own frames (msgbroker.framerouting): the Message is
+    # built only when something needs it
+    multicast_frame = multicast_frame
+    multicast_frames = multicast_frames
 
     def _route_with_patterns(
         self,

@@ -14,10 +14,7 @@ payload may contain LF.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from operator import itemgetter
-
-from attrs import frozen
+from collections.abc import Iterator
 
 from msgbroker.errors import RemoteProtocolError
 
@@ -42,137 +39,37 @@ from .replies import (
     ServerPing,
     ServerPong,
 )
+from .requests import (
+    CLOSE,
+    PING,
+    PONG,
+    Bcast,
+    Close,
+    Login,
+    Mcast,
+    McastBlock,
+    McastRun,
+    Ping,
+    Pong,
+    Request,
+    Subscribe,
+    Ucast,
+    UnknownVerb,
+    Unsubscribe,
+    expand_runs,
+)
 
+#: text MCASTs, each to another topic than the one before it (group 1: a topic): a block
+#: ends before an MCAST to the topic of the one before it, which starts a run instead
+_MCAST_BLOCK = re.compile(
+    rb"(?:MCAST ([A-Za-z0-9.:@/_\-+=~]{1,64}) [^\x00-\x03\n][^\n]{0,1023}\n(?!MCAST \1 ))+"
+)
+_BLOCK_TOPICS = re.compile(rb"^MCAST ([^ ]+) ", re.MULTILINE)
 #: text MCASTs to one topic, one after the other (group 1: the first; group 2: the topic)
 _MCAST_RUN = re.compile(
     rb"(MCAST ([A-Za-z0-9.:@/_\-+=~]{1,64}) [^\x00-\x03\n][^\n]{0,1023}\n)"
     rb"(?:MCAST \2 [^\x00-\x03\n][^\n]{0,1023}\n)*"
 )
-
-# -- events a server receives ---------------------------------------------------------------
-
-
-@frozen(slots=True)
-class Login:
-    identity: str
-    scheme: str
-    credential: bytes | None
-
-
-@frozen(slots=True)
-class Subscribe:
-    topic: str
-    presence: bool
-
-
-@frozen(slots=True)
-class Unsubscribe:
-    topic: str
-
-
-@frozen(slots=True)
-class Mcast:
-    """``line`` is the request as received, without LF: a server forwards
-    ``000 <from> `` + ``line`` unchanged, so the payload is never re-encoded."""
-
-    topic: str
-    payload: bytes
-    line: bytes
-
-
-@frozen(slots=True)
-class McastRun:
-    """``count`` (2 or more) consecutive text-payload MCASTs to one topic, exactly as
-    received: ``block`` is the requests with their LFs. A client pipelining publishes
-    sends these; routing them as one run keeps the per-message cost to a few C-level
-    byte operations (see :meth:`RequestDecoder.feed`)."""
-
-    topic: str
-    block: bytes
-    count: int
-
-    def payloads(self) -> list[bytes]:
-        skip = len(b"MCAST  ") + len(self.topic)
-        # line[skip:] for each line, by C iterators (a run can be thousands of lines)
-        return list(map(itemgetter(slice(skip, None)), self.block.split(b"\n")[:-1]))
-
-    def payload_bytes(self) -> int:
-        """The payloads' total size, from the block's length: no line is split."""
-        return len(self.block) - self.count * (len(b"MCAST  \n") + len(self.topic))
-
-    def expand(self) -> list[Mcast]:
-        """The run as the individual :class:`Mcast` events it stands for."""
-        skip = len(b"MCAST  ") + len(self.topic)
-        return [Mcast(self.topic, line[skip:], line) for line in self.block.split(b"\n")[:-1]]
-
-
-def expand_runs(events: Iterable[Request]) -> list[Request]:
-    """``events`` with every :class:`McastRun` replaced by its :class:`Mcast` events.
-
-    How requests group into runs depends on how the bytes were chunked; the requests
-    themselves do not. Compare expanded streams when chunking differs.
-    """
-    out: list[Request] = []
-    for event in events:
-        if type(event) is McastRun:
-            out.extend(event.expand())
-        else:
-            out.append(event)
-    return out
-
-
-@frozen(slots=True)
-class Ucast:
-    target: str
-    payload: bytes
-    line: bytes
-
-
-@frozen(slots=True)
-class Bcast:
-    payload: bytes
-    line: bytes
-
-
-@frozen(slots=True)
-class Ping:
-    pass
-
-
-@frozen(slots=True)
-class Pong:
-    pass
-
-
-@frozen(slots=True)
-class Close:
-    pass
-
-
-@frozen(slots=True)
-class UnknownVerb:
-    """A well-formed request with a verb this version does not know (answer ``501``)."""
-
-    verb: str
-
-
-Request = (
-    Login
-    | Subscribe
-    | Unsubscribe
-    | Mcast
-    | McastRun
-    | Ucast
-    | Bcast
-    | Ping
-    | Pong
-    | Close
-    | UnknownVerb
-)
-
-PING = Ping()
-PONG = Pong()
-CLOSE = Close()
 
 # -- server side: requests ------------------------------------------------------------------
 
@@ -187,8 +84,9 @@ class RequestDecoder:
     def feed(self, data: bytes) -> Iterator[Request]:
         """Yield the complete requests in ``data`` (plus what was buffered).
 
-        Consecutive text-payload MCASTs to one topic come out as one :class:`McastRun`
-        (validated by one regular-expression match over all of them). Raises
+        Consecutive text-payload MCASTs to one topic come out as one :class:`McastRun`,
+        and those each to another topic than the one before it as one :class:`McastBlock`
+        (each validated by one regular-expression match over all of them). Raises
         :class:`RemoteProtocolError` at the first grammar violation, after yielding every
         request before it.
         """
@@ -255,7 +153,13 @@ class RequestDecoder:
             return None
         end = match.end()
         topic = self._ids.get(match.group(2), "topic")
-        if match.end(1) == end:  # only the first line matched
+        if match.end(1) == end:  # only the first line matched: the next is to another topic
+            block = _MCAST_BLOCK.match(buf, pos)
+            if block is not None and block.end() > end:
+                stop = block.end()
+                text = buf[pos:stop]
+                topics = self._ids.get_all(_BLOCK_TOPICS.findall(text), "topic")
+                return McastBlock(text, topics, len(topics)), stop
             return Mcast(topic, buf[match.end(2) + 1 : end - 1], buf[pos : end - 1]), end
         return McastRun(topic, buf[pos:end], buf.count(b"\n", pos, end)), end
 
@@ -454,20 +358,38 @@ def close() -> bytes:
     return b"CLOSE\n"
 
 
-#: the facade: the requests' codec (here) and what it re-exports from .grammar and .replies
+#: the facade: the requests' codec (here) and what it re-exports from .grammar, .replies
+#: and .requests
 __all__ = [
+    "CLOSE",
     "MAX_ID",
     "MAX_MESSAGE",
     "MAX_PAYLOAD",
     "MAX_VERB",
+    "PING",
+    "PONG",
+    "Bcast",
+    "Close",
     "Delivery",
     "IdCache",
+    "Login",
+    "Mcast",
+    "McastBlock",
+    "McastRun",
+    "Ping",
+    "Pong",
     "Presence",
     "Reply",
     "ReplyDecoder",
+    "Request",
     "ServerMessage",
     "ServerPing",
     "ServerPong",
+    "Subscribe",
+    "Ucast",
+    "UnknownVerb",
+    "Unsubscribe",
     "encode_payload",
+    "expand_runs",
     "is_valid_id",
 ]

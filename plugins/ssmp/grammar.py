@@ -44,6 +44,11 @@ class IdCache:
         value = self._known[raw] = raw.decode("ascii")
         return value
 
+    def get_all(self, raws: list[bytes], what: str) -> list[str]:
+        """:meth:`get` of each of ``raws``."""
+        known, get = self._known, self.get
+        return [known.get(raw) or get(raw, what) for raw in raws]
+
 
 def is_valid_id(value: str) -> bool:
     """True if ``value`` can be an SSMP identifier or topic."""

@@ -194,9 +194,10 @@ class SSMPServerSession(ServerSession):
         if self.broker.authorizes and not self.broker.authorize(session, "publish", event.topic):
             self.reply(NOT_ALLOWED)
             return
-        message = Message(Kind.MCAST, session.identity, "ssmp", event.topic, event.payload)  # type: ignore[arg-type]
-        message.preencode(encode_message, self._prefix + event.line + b"\n")
-        self.hub.multicast(session, message)
+        # the request line is the event's text: prefixed, it is what SSMP members get
+        self.hub.multicast_frame(
+            session, event.topic, event.payload, encode_message, self._prefix + event.line + b"\n"
+        )
         self.reply(OK)
 
     def _mcast_run(self, event: codec.McastRun) -> None:
@@ -227,6 +228,19 @@ class SSMPServerSession(ServerSession):
             encode_message, prefix + event.block[:-1].replace(b"\n", b"\n" + prefix) + b"\n"
         )
         self.hub.multicast_run(self.peer, run)
+        self.reply(OK * event.count)
+
+    def _mcast_block(self, event: codec.McastBlock) -> None:
+        """Pipelined MCASTs, each to another topic than the one before: routed one by one,
+        but without an event or a Message each (``Hub.multicast_frames``), and answered
+        with one write."""
+        if self.broker.authorizes:  # each request is asked about: one by one
+            for mcast in event.expand():
+                self._mcast(mcast)
+            return
+        self.hub.multicast_frames(
+            self.peer, encode_message, event.topics, event.prefixed(self._prefix), event.payloads
+        )
         self.reply(OK * event.count)
 
     def _ucast(self, event: codec.Ucast) -> None:
@@ -326,6 +340,7 @@ class SSMPServerSession(ServerSession):
 _DISPATCH: dict[type, Any] = {
     codec.Mcast: SSMPServerSession._mcast,
     codec.McastRun: SSMPServerSession._mcast_run,
+    codec.McastBlock: SSMPServerSession._mcast_block,
     codec.Ucast: SSMPServerSession._ucast,
     codec.Bcast: SSMPServerSession._bcast,
     codec.Subscribe: SSMPServerSession._subscribe,
