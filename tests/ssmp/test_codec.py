@@ -6,6 +6,7 @@ every point give the same events (and the same error) as when fed whole.
 
 from __future__ import annotations
 
+import itertools
 import string
 
 import pytest
@@ -538,6 +539,49 @@ def test_runs_break_at_another_topic_or_a_binary_payload():
         ("t", b"e"),
         ("t", b"f"),
     ]
+
+
+def test_pipelined_text_mcasts_to_changing_topics_come_out_as_a_block():
+    block = b"MCAST t a\nMCAST u b c\nMCAST t " + TEXT_1024 + b"\nMCAST v d\n"
+    events = list(RequestDecoder().feed(block))
+    assert events == [codec.McastBlock(block, ["t", "u", "t", "v"], 4)]
+    assert events[0].payloads() == [b"a", b"b c", TEXT_1024, b"d"]
+    assert events[0].prefixed(b"000 me ") == [
+        b"000 me MCAST t a\n",
+        b"000 me MCAST u b c\n",
+        b"000 me MCAST t " + TEXT_1024 + b"\n",
+        b"000 me MCAST v d\n",
+    ]
+    assert events[0].expand() == requests(block)
+
+
+def test_a_block_ends_where_a_run_starts_and_at_anything_else():
+    data = (
+        b"MCAST t a\nMCAST u b\nMCAST v c\nMCAST v d\n"  # a block, then a run to v
+        b"MCAST w e\nMCAST x f\nMCAST y \x00\x00g\n"  # a block, then a binary payload
+        b"MCAST z h\nPING\nMCAST t i\nMCAST u \n"  # one MCAST, PING, one, then a bad one
+    )
+    events = RequestDecoder().feed(data)
+    kinds = [(type(e).__name__, getattr(e, "count", 1)) for e in itertools.islice(events, 7)]
+    with pytest.raises(RemoteProtocolError):  # "MCAST u " has no payload
+        next(events)
+    assert kinds == [
+        ("McastBlock", 2),
+        ("McastRun", 2),
+        ("McastBlock", 2),
+        ("Mcast", 1),
+        ("Mcast", 1),
+        ("Ping", 1),
+        ("Mcast", 1),
+    ]
+
+
+def test_a_block_takes_no_topic_the_id_grammar_refuses():
+    bad = b"MCAST t a\nMCAST u!x b\n"
+    events = RequestDecoder().feed(bad)
+    assert next(events) == Mcast("t", b"a", b"MCAST t a")
+    with pytest.raises(RemoteProtocolError):
+        next(events)
 
 
 @pytest.mark.parametrize(
