@@ -1,4 +1,5 @@
-"""MCASTs given as the sender's own frames: routed without a Message when nothing needs one.
+"""MCASTs and UCASTs given as the sender's own frames: routed without a Message when nothing
+needs one.
 
 The per-message path of a publisher that moves from topic to topic (no run to route as
 one, see :mod:`msgbroker.runs`) is dominated by fixed costs: a request event, a
@@ -8,7 +9,7 @@ no property filters, no queue groups, no pattern subscribers, no cluster to cros
 ``message_routed`` observer — the frame the sender's protocol built from the request is
 all anyone needs, and the members get it directly. Otherwise the Message is built and
 routed by :meth:`Hub.multicast` as usual. Split out of :mod:`msgbroker.hub`, whose
-``Hub.multicast_frame`` and ``Hub.multicast_frames`` these are.
+``Hub.multicast_frame``, ``Hub.multicast_frames`` and ``Hub.unicast_frame`` these are.
 """
 
 from __future__ import annotations
@@ -110,7 +111,33 @@ def multicast_frames(
     return total + delivered
 
 
-def _message(sender: Peer, topic: str, payload: bytes, encoder: Encoder, frame: bytes) -> Message:
-    message = Message(Kind.MCAST, sender.identity, sender.protocol, topic, payload)  # type: ignore[arg-type]
+def unicast_frame(
+    hub: Hub, sender: Peer, target_name: str, payload: bytes, encoder: Encoder, frame: bytes
+) -> int:
+    """:meth:`Hub.unicast` of the UCAST ``sender`` sent to ``target_name``: ``payload``,
+    which ``encoder`` (the sender's protocol's) encodes as ``frame``. When the target is
+    here and speaks the sender's protocol, and no ``message_routed`` observer is set, it
+    gets ``frame`` and no Message is built (the request/reply path). Returns 1, or 0 when
+    the target's protocol cannot carry it; :class:`NoSuchIdentity` when nobody holds
+    ``target_name``."""
+    target = hub.identities.get(target_name)
+    if target is not None and target.encode is encoder and hub.observer is None:
+        stats = hub.stats
+        stats.routed += 1
+        target.send(frame)
+        stats.delivered += 1
+        return 1
+    return hub.unicast(_message(sender, target_name, payload, encoder, frame, Kind.UCAST))
+
+
+def _message(
+    sender: Peer,
+    topic: str,
+    payload: bytes,
+    encoder: Encoder,
+    frame: bytes,
+    kind: Kind = Kind.MCAST,
+) -> Message:
+    message = Message(kind, sender.identity, sender.protocol, topic, payload)  # type: ignore[arg-type]
     message.preencode(encoder, frame)
     return message

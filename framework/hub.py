@@ -30,7 +30,7 @@ from .errors import (
     NotSubscribed,
 )
 from .filters import Filter
-from .framerouting import multicast_frame, multicast_frames
+from .framerouting import multicast_frame, multicast_frames, unicast_frame
 from .message import ANONYMOUS, Encoder, Message, MessageRun, RouteResult
 from .patterns import PatternIndex
 from .queuerouting import route_with_queues
@@ -258,10 +258,11 @@ class Hub:
             return self._route(message, with_filtered(topic, message), exclude)
         return self._route(message, topic.by_encoder, exclude)
 
-    # MCASTs given as the sender's own frames (msgbroker.framerouting): the Message is
-    # built only when something needs it
+    # MCASTs and UCASTs given as the sender's own frames (msgbroker.framerouting): the
+    # Message is built only when something needs it
     multicast_frame = multicast_frame
     multicast_frames = multicast_frames
+    unicast_frame = unicast_frame
 
     def _route_with_patterns(
         self,

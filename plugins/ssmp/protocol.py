@@ -248,10 +248,9 @@ class SSMPServerSession(ServerSession):
         if self.broker.authorizes and not self.broker.authorize(session, "unicast", event.target):
             self.reply(NOT_ALLOWED)
             return
-        message = Message(Kind.UCAST, session.identity, "ssmp", event.target, event.payload)  # type: ignore[arg-type]
-        message.preencode(encode_message, self._prefix + event.line + b"\n")
+        frame = self._prefix + event.line + b"\n"
         try:
-            self.hub.unicast(message)
+            self.hub.unicast_frame(session, event.target, event.payload, encode_message, frame)
         except NoSuchIdentity:
             self.reply(NOT_FOUND)
             return

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from msgbroker.errors import NoSuchIdentity
 from msgbroker.filters import Filter
 from msgbroker.hub import Hub
 from msgbroker.message import Kind, Message
@@ -117,3 +118,38 @@ def test_the_payloads_are_built_once_for_the_messages_that_need_them():
     hub.multicast_frames(pub, encode_a, TOPICS, frames(), payloads)
     assert calls == [1]
     assert hub.identities["b1"].sent == [b"B:p0", b"B:p2"]
+
+
+def unicast_setup(case: str):
+    hub = Hub()
+    hub.seen = []  # type: ignore[attr-defined]
+    pub = peer(hub, "pub")
+    if case == "other protocol":
+        peer(hub, "dst", encode=encode_b, protocol="b")
+    elif case != "absent":
+        peer(hub, "dst")
+    if case == "observed":
+        hub.observer = lambda message, result: hub.seen.append((message.topic, result))  # type: ignore[attr-defined]
+    return hub, pub
+
+
+@pytest.mark.parametrize("payload", [b"hi", b"too long for b"])
+@pytest.mark.parametrize("case", ["same protocol", "other protocol", "observed", "absent"])
+def test_unicast_frame_does_what_unicast_of_the_message_does(case, payload):
+    frame = encode_a(Message(Kind.UCAST, "pub", "a", "dst", payload))
+    results = []
+    for how in ("message", "frame"):
+        hub, pub = unicast_setup(case)
+        try:
+            if how == "message":
+                message = Message(Kind.UCAST, "pub", "a", "dst", payload)
+                message.preencode(encode_a, frame)
+                got: object = hub.unicast(message)
+            else:
+                got = hub.unicast_frame(pub, "dst", payload, encode_a, frame)
+        except NoSuchIdentity as e:
+            got = e
+        results.append((repr(got), outcome(hub)))
+    assert results[0] == results[1]
+    if case == "absent":
+        assert "NoSuchIdentity" in results[0][0]
