@@ -153,12 +153,21 @@ class Batcher:
         self._clock = clock
         self._dirty: list[Any] = []
         self._scheduled = False
+        #: the reactor's end-of-poll call when it has one (msgbroker.reactor), else None:
+        #: then a callLater(0), which Twisted runs after the poll's events too
+        self._after_poll: Callable[[Callable[[], None]], None] | None = getattr(
+            clock, "call_after_poll", None
+        )
 
     def mark(self, output: Any) -> None:
         self._dirty.append(output)
         if not self._scheduled:
             self._scheduled = True
-            self._clock.callLater(0, self._turn)
+            after_poll = self._after_poll
+            if after_poll is not None:
+                after_poll(self._turn)
+            else:
+                self._clock.callLater(0, self._turn)
 
     def _turn(self) -> None:
         self._scheduled = False

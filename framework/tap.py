@@ -156,6 +156,10 @@ def makeService(
         from .logs import filter_twistd_logging
 
         filter_twistd_logging(options.config.log_level, options.config.log_format)
+        if reactor is None:  # twistd installs a reactor only when --reactor chose one
+            from .reactor import install
+
+            install()
     try:
         broker_service = BrokerService(options.config, reactor, broker_class)
         broker_service.exit_on_error = options.twistd

@@ -16,9 +16,9 @@ import pytest
 TWISTD = os.path.join(os.path.dirname(sys.executable), "twistd")
 
 
-def twistd(*args, **kwargs):
+def twistd(*args, twistd_args=(), **kwargs):
     return subprocess.Popen(
-        [TWISTD, "--nodaemon", "--pidfile=", "msgbroker", *args],
+        [TWISTD, "--nodaemon", "--pidfile=", *twistd_args, "msgbroker", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         **kwargs,
@@ -64,9 +64,19 @@ def test_twistd_help_lists_msgbroker():
     assert re.search(r"^\s+msgbroker\s", out, re.MULTILINE)
 
 
-def test_runs_logs_the_real_port_serves_ssmp_and_stops_on_sigterm():
-    proc = twistd("--listen", "ssmp=tcp:0:interface=127.0.0.1", "--auth", "open")
+@pytest.mark.parametrize(
+    ("twistd_args", "reactor"),
+    [
+        ((), "msgbroker.reactor.BrokerReactor"),  # msgbroker's own when none is chosen
+        (("--reactor=poll",), "twisted.internet.pollreactor.PollReactor"),
+    ],
+)
+def test_runs_logs_the_real_port_serves_ssmp_and_stops_on_sigterm(twistd_args, reactor):
+    proc = twistd(
+        "--listen", "ssmp=tcp:0:interface=127.0.0.1", "--auth", "open", twistd_args=twistd_args
+    )
     try:
+        assert wait_for_line(proc, r"reactor class: (\S+)\.$").group(1) == reactor
         port = int(wait_for_line(proc, r"ssmp listening on tcp:127\.0\.0\.1:(\d+)").group(1))
         assert port != 0
         watcher = socket.create_connection(("127.0.0.1", port), timeout=10)
