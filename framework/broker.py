@@ -80,8 +80,7 @@ class Broker:
         #: hands freed heap back to the system after large releases
         self.trimmer = Trimmer(reactor, _log_trim)
         self.hub.on_release = self.trimmer.released
-        #: deliveries are written once per recipient per batch; protocols flush it at the
-        #: end of each received chunk
+        #: output is written once per recipient per batch: at the end of each reactor turn
         self.batcher = Batcher(reactor)
         #: open sessions in the order they connected (a dict used as an ordered set)
         self.sessions: dict[Session, None] = {}

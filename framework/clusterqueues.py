@@ -6,8 +6,8 @@ A message published on any node reaches **one member of each group in the whole 
 - **publishing**: the publishing node adds each MCAST once to the store of every group the
   topic has anywhere (every group it has seen with members, here or in the other nodes'
   state, until the store says the group is gone; the durable ones it knows), collected
-  during the received chunk and written with the cluster's flush: one engine write per
-  chunk. A group's own node never hands a published message to its
+  during the reactor turn and written with the cluster's flush: one engine write per
+  turn. A group's own node never hands a published message to its
   members directly: what arrives from other nodes' publications is not for the group
   either (:meth:`~msgbroker.streamgroup.StreamGroup.offer` declines it).
 - **reading**: a node with members reads from the store what no node took yet, as many as

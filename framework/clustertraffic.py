@@ -1,5 +1,5 @@
 """The messages between this node and the others (split out of :mod:`msgbroker.cluster`):
-where each one must go, the batches collected over a received chunk, the publications they
+where each one must go, the batches collected over a reactor turn, the publications they
 become at the flush, and what comes in from the other nodes.
 
 **Routes.** A topic's route says which nodes must get what is published on it: the nodes
@@ -8,10 +8,10 @@ nodes whose sbus patterns match it, from the replicated view (:mod:`msgbroker.cl
 memoized per topic until the view changes. Topics about this node alone (``NODE_LOCAL``)
 go nowhere.
 
-**Publications.** What crosses during one received chunk is collected in order, as runs of
+**Publications.** What crosses during one reactor turn is collected in order, as runs of
 consecutive items with the same route, and written at the flush:
 
-- when the whole chunk has one route, as one publication: on the topic's channel when
+- when the whole turn has one route, as one publication: on the topic's channel when
   some node has plain members in it (the engine fans it out to every node listening
   there), plus one on the own channel of each node whose patterns match but that does not
   listen on the topic; or on each target node's channel (UCASTs to one node, BCASTs);
@@ -63,7 +63,7 @@ class ClusterCounters:
     #: received from them
     messages_out: int = 0
     messages_in: int = 0
-    #: publications written (one per chunk, or per node when a chunk's routes differ)
+    #: publications written (one per turn, or per node when a turn's routes differ)
     #: and received
     publications_out: int = 0
     publications_in: int = 0
