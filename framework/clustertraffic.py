@@ -17,7 +17,7 @@ consecutive items with the same route, and written at the flush:
   listen on the topic; or on each target node's channel (UCASTs to one node, BCASTs);
 - otherwise (topics or kinds alternating), as one publication per node that must get
   something, on its own channel, holding exactly its items in the order they were
-  published: a chunk costs one publication per interested node, not one per change of
+  published: a turn costs one publication per interested node, not one per change of
   topic. The engines deliver one connection's publications in the order they were
   written, whatever their channels (docs/cluster.md), so order from one sender to one
   recipient is kept in both forms.
@@ -158,7 +158,7 @@ class Traffic:
     # -- writing ---------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write what was collected: one publication when the chunk had one route, else
+        """Write what was collected: one publication when the turn had one route, else
         one per node that must get something (see the module docstring)."""
         runs = self._runs
         if not runs:
