@@ -277,7 +277,8 @@ def describe(name: str, r: dict) -> str:
     if name == "latency":
         return (f"p50 {r['p50_us']:.1f} us, p90 {r['p90_us']:.1f} us, p99 {r['p99_us']:.1f} us, "
                 f"max {r['max_us']:.1f} us ({r['round_trips']} round trips"
-                f"{', ' + str(r['wrong_answers']) + ' WRONG' if r['wrong_answers'] else ''})")
+                f"{', ' + str(r['wrong_answers']) + ' WRONG' if r['wrong_answers'] else ''}); "
+                f"server CPU {r.get('server_cpu_per_round_trip_us', 0):.1f} us per round trip")
     if name == "idle":
         return (f"{r['connections']:,} connections in {r['open_seconds']:.1f} s; RSS "
                 f"{fmt(r['rss_before_kib'] / 1024)} -> {fmt(r['rss_after_kib'] / 1024)} MiB = "
@@ -490,7 +491,8 @@ def _profiling(args, stamp: str, tag: str, profiles: list[dict]):
 SUMMARY = {
     "mcast": [("deliveries_per_s", "msgs/s", True)],
     "fanout": [("deliveries_per_s", "deliveries/s", True)],
-    "latency": [("p50_us", "p50 us", False), ("p99_us", "p99 us", False)],
+    "latency": [("p50_us", "p50 us", False), ("p99_us", "p99 us", False),
+                ("server_cpu_per_round_trip_us", "server CPU us per round trip", False)],
     "stalled": [("per_subscriber_per_s", "msgs/s per reader", True),
                 ("rss_after_kib", "server RSS KiB at end", False)],
     "idle": [("bytes_per_connection", "RSS bytes/connection", False),

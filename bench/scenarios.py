@@ -447,6 +447,8 @@ def latency(server: Server, proto, params: Params, around=None) -> dict:
         buf = bytearray(65536)
         with around() if around else contextlib.nullcontext():
             for i in range(total):
+                if i == params.latency_warmup:  # the server's CPU over the measured ones
+                    server_start = server.sched_ns()[0]
                 want = len(answers[i])
                 t0 = perf()
                 client.sendall(frames[i])
@@ -461,6 +463,7 @@ def latency(server: Server, proto, params: Params, around=None) -> dict:
                     bad += 1
                 if i >= params.latency_warmup:
                     samples.append(t1 - t0)
+            server_ns = server.sched_ns()[0] - server_start
     except TimeoutError:
         raise BenchError(f"no echo within 5 s at round trip {len(samples)}") from None
     finally:
@@ -479,6 +482,8 @@ def latency(server: Server, proto, params: Params, around=None) -> dict:
         "max_us": samples[-1] / 1000,
         "mean_us": sum(samples) / len(samples) / 1000,
         "round_trips_per_s": 1e9 * len(samples) / sum(samples),
+        # the server's CPU (both of its hops, and the echo's round of answers) per round trip
+        "server_cpu_per_round_trip_us": server_ns / 1000 / len(samples),
     }
 
 
