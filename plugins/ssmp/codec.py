@@ -64,7 +64,10 @@ from .requests import (
 _MCAST_BLOCK = re.compile(
     rb"(?:MCAST ([A-Za-z0-9.:@/_\-+=~]{1,64}) [^\x00-\x03\n][^\n]{0,1023}\n(?!MCAST \1 ))+"
 )
-_BLOCK_TOPICS = re.compile(rb"^MCAST ([^ ]+) ", re.MULTILINE)
+#: the topic of each line of a block (each match takes a whole line: the next starts where
+#: it ends, so text in a payload is never taken for a topic; "^" with MULTILINE would try
+#: every byte and cost 2.5 times as much)
+_BLOCK_TOPICS = re.compile(rb"MCAST ([^ \n]+) [^\n]*\n")
 #: text MCASTs to one topic, one after the other (group 1: the first; group 2: the topic)
 _MCAST_RUN = re.compile(
     rb"(MCAST ([A-Za-z0-9.:@/_\-+=~]{1,64}) [^\x00-\x03\n][^\n]{0,1023}\n)"

@@ -87,7 +87,11 @@ class McastBlock:
 
     def prefixed(self, prefix: bytes) -> list[bytes]:
         """Each request line with ``prefix`` before it (and its LF): by C calls."""
-        return _LINES.findall(prefix + self.block.replace(b"\n", b"\n" + prefix))
+        block = self.block
+        text = prefix + block.replace(b"\n", b"\n" + prefix)
+        if b"\r" in block:  # splitlines would split there too
+            return _LINES.findall(text)
+        return text.splitlines(keepends=True)[:-1]  # the last is the trailing prefix
 
     def expand(self) -> list[Mcast]:
         """The block as the individual :class:`Mcast` events it stands for."""

@@ -576,6 +576,18 @@ def test_a_block_ends_where_a_run_starts_and_at_anything_else():
     ]
 
 
+def test_a_block_reads_topics_from_line_starts_only_and_keeps_carriage_returns():
+    block = b"MCAST t x MCAST y z\nMCAST u a\rb\x0bc\nMCAST v MCAST w \n"
+    (event,) = RequestDecoder().feed(block)
+    assert event.topics == ["t", "u", "v"]
+    assert event.payloads() == [b"x MCAST y z", b"a\rb\x0bc", b"MCAST w "]
+    assert event.prefixed(b"000 me ") == [
+        b"000 me MCAST t x MCAST y z\n",
+        b"000 me MCAST u a\rb\x0bc\n",
+        b"000 me MCAST v MCAST w \n",
+    ]
+
+
 def test_a_block_takes_no_topic_the_id_grammar_refuses():
     bad = b"MCAST t a\nMCAST u!x b\n"
     events = RequestDecoder().feed(bad)
