@@ -173,6 +173,10 @@ class BrokerService(service.MultiService):
     #: names (users, TLS, secret) are read again
     config_file: str | None = None
     overrides: dict[str, Any] | None = None
+    #: set by ``twistd msgbroker``: once started, the heap so far is frozen out of the
+    #: cyclic collector's full passes (:func:`msgbroker.memory.freeze_startup_heap`); a
+    #: service in a test process leaves the process's collector alone
+    freeze_heap = False
 
     #: signal number -> the handler it had before this service took it
     _previous_handlers: dict[int, Any]
@@ -190,6 +194,11 @@ class BrokerService(service.MultiService):
                 version=_version(),
                 node=self.broker.node_name,
             )
+            if self.freeze_heap:
+                from .memory import freeze_startup_heap
+
+                frozen = freeze_startup_heap()
+                log.debug("{frozen} objects of the started broker frozen", frozen=frozen)
         except ConfigError as e:
             if not self.exit_on_error:
                 raise

@@ -163,6 +163,7 @@ def makeService(
     try:
         broker_service = BrokerService(options.config, reactor, broker_class)
         broker_service.exit_on_error = options.twistd
+        broker_service.freeze_heap = options.twistd
         broker_service.config_file = options["config"]
         broker_service.overrides = getattr(options, "overrides", None)
         return broker_service

@@ -26,26 +26,30 @@ def twistd(*args, twistd_args=(), **kwargs):
 
 
 def wait_for_line(proc, pattern, timeout=30.0):
-    """Read the process's output until a line matches ``pattern``; return the match."""
+    """Read the process's output until a line matches ``pattern``; return the match. The
+    lines read after it wait for the next call (kept on ``proc``)."""
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
     seen = []
-    buffered = b""
-    while time.monotonic() < deadline:
-        if not selector.select(deadline - time.monotonic()):
+    lines = proc.__dict__.setdefault("unread_lines", [])
+    buffered = proc.__dict__.get("unread_bytes", b"")
+    while True:
+        while lines:
+            text = lines.pop(0).decode(errors="replace")
+            seen.append(text)
+            match = re.search(pattern, text)
+            if match:
+                proc.unread_bytes = buffered
+                return match
+        if time.monotonic() >= deadline or not selector.select(deadline - time.monotonic()):
             break
         chunk = os.read(proc.stdout.fileno(), 65536)
         if not chunk:
             break
         buffered += chunk
-        *lines, buffered = buffered.split(b"\n")
-        for line in lines:
-            text = line.decode(errors="replace")
-            seen.append(text)
-            match = re.search(pattern, text)
-            if match:
-                return match
+        *new, buffered = buffered.split(b"\n")
+        lines.extend(new)
     raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(seen))
 
 
@@ -140,3 +144,16 @@ def test_port_in_use_exits_non_zero_with_one_line():
         assert "Traceback" not in out.decode()
     finally:
         holder.close()
+
+
+def test_the_started_broker_freezes_its_heap_out_of_full_collections():
+    proc = twistd(
+        "--listen", "ssmp=tcp:0:interface=127.0.0.1", "--auth", "open", "--log-level", "debug"
+    )
+    try:
+        frozen = int(wait_for_line(proc, r"(\d+) objects of the started broker frozen").group(1))
+        assert frozen > 10_000  # modules, classes, plugins: what lives as long as the process
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
