@@ -158,6 +158,8 @@ class Batcher:
         self._after_poll: Callable[[Callable[[], None]], None] | None = getattr(
             clock, "call_after_poll", None
         )
+        #: the callLater(0) waiting for the end of the turn, if any
+        self._call: Any = None
 
     def mark(self, output: Any) -> None:
         self._dirty.append(output)
@@ -167,10 +169,11 @@ class Batcher:
             if after_poll is not None:
                 after_poll(self._turn)
             else:
-                self._clock.callLater(0, self._turn)
+                self._call = self._clock.callLater(0, self._turn)
 
     def _turn(self) -> None:
         self._scheduled = False
+        self._call = None
         self.flush()
 
     def flush(self) -> None:
@@ -180,6 +183,11 @@ class Batcher:
             for output in dirty:
                 output.flush()
             dirty = self._dirty
+        call = self._call
+        if call is not None:  # written early (a close, a test): the turn has nothing left
+            self._call = None
+            self._scheduled = False
+            call.cancel()
 
 
 @implementer(IPushProducer)

@@ -251,3 +251,15 @@ def test_write_through_hands_twisted_what_the_socket_did_not_take():
                 break
             received += chunk
         assert bytes(received) + rest == data  # sent, then the rest: nothing lost or twice
+
+
+def test_an_early_flush_cancels_the_turn_it_made_needless_and_a_mark_schedules_again():
+    session, output, wire, _, batcher = make_output()
+    clock = batcher._clock
+    session.send(b"a")
+    assert len(clock.getDelayedCalls()) == 1  # the end of the turn
+    batcher.flush()  # written early (a close, say)
+    assert clock.getDelayedCalls() == [] and wire.writes == [b"a"]
+    session.send(b"b")
+    clock.advance(0)
+    assert wire.writes == [b"a", b"b"]
