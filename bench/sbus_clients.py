@@ -54,13 +54,18 @@ def connect(path: str, timeout: float, rcvbuf: int | None = None) -> socket.sock
 
 
 def subscriber(
-    path: str, timeout: float, controls: tuple[bytes, ...] = (), rcvbuf: int | None = None
+    path: str,
+    timeout: float,
+    controls: tuple[bytes, ...] = (),
+    rcvbuf: int | None = None,
+    keys: tuple[bytes, ...] = (KEY,),
 ) -> socket.socket:
-    """A client that sent ``SUB bench`` (and ``CMSG`` each of ``controls``), once the
-    broker has handled it: the answer to a whoami sent after it has arrived."""
+    """A client that sent ``SUB`` each of ``keys`` (and ``CMSG`` each of ``controls``), once
+    the broker has handled it: the answer to a whoami sent after it has arrived."""
     sock = connect(path, timeout, rcvbuf)
     try:
-        sock.send(b"SUB " + KEY)
+        for key in keys:
+            sock.send(b"SUB " + key)
         for control in controls:
             sock.send(b"CMSG " + control)
         sock.send(WHOAMI)
@@ -154,7 +159,13 @@ def reader_main(sock, n: int, plen: int, checks: list, timeout: float, conn) -> 
 
 
 def publisher_main(sock, data: bytes, plen: int, timeout: float, conn) -> None:
-    """Send ``data`` as packets of ``plen`` bytes, each ``send`` one packet."""
+    """Send ``data`` as packets of ``plen`` bytes, each ``send`` one packet; then a whoami,
+    and wait for its answer before closing.
+
+    The whoami: a server handles a client's packets in order, so once it answers, it has
+    read every packet sent before it. The C reference sbusd drops what it has not read
+    yet when a client hangs up (it removes the client on EPOLLRDHUP), so a publisher that
+    closed right after its last send would lose its last few hundred packets there."""
     result: dict = {"sent": 0, "error": None}
     view = memoryview(data)
     send = sock.send
@@ -164,12 +175,15 @@ def publisher_main(sock, data: bytes, plen: int, timeout: float, conn) -> None:
         for offset in range(0, len(data), plen):
             send(view[offset : offset + plen])
         offset = len(data)
+        result["send_seconds"] = clock() - t0
+        send(WHOAMI)
+        _whoami_answer(sock, timeout)
     except BlockingIOError:
         result["error"] = f"a send blocked for {timeout} s after {offset // plen} packets"
-    except OSError as e:
-        result["error"] = f"after {offset // plen} packets: {e.strerror or e}"
+    except (OSError, BenchError) as e:
+        result["error"] = f"after {offset // plen} packets: {getattr(e, 'strerror', None) or e}"
     result["sent"] = offset // plen
-    result["send_seconds"] = clock() - t0
+    result.setdefault("send_seconds", clock() - t0)
     times = os.times()
     result["cpu_seconds"] = times.user + times.system
     conn.send(result)
