@@ -158,7 +158,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=60.0,
                    help="wait at most this long for that, then run anyway [60 s]; 0 = never")
     p.add_argument("--profile", action="store_true",
-                   help="py-spy record the broker during scenarios 1, 2, 6, 7, 9-11, 20-23")
+                   help="py-spy record the broker during scenarios 1, 2, 6, 7, 9-15, 20-25")
     p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s [250]")
     p.add_argument("--results", type=Path, default=HERE / "results",
                    help="where logs, JSON results and profiles go [bench/results]")
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"WARNING: the harness's Micromessage2 frames differ from msgbroker's codec: "
                   f"{mismatch}")
 
-    profiling = "; PROFILING msgbroker in 1, 2, 6, 7, 9-11 (perturbed figures)"
+    profiling = "; PROFILING msgbroker in 1, 2, 6, 7, 9-15, 20-25 (perturbed figures)"
     profiling = profiling if args.profile else ""
     print(f"msgbroker bench {stamp}: {' '.join(sys.argv)}")
     print(f"  host {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "
@@ -447,7 +447,7 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
     around = None
     # the msgbroker runs of the throughput scenarios (not Mosquitto's, not stmp-cross's,
     # which measures server CPU itself)
-    if args.profile and kind in ("ssmp", "stmp", "mm2") and name in PROFILED:
+    if args.profile and kind in ("ssmp", "stmp", "mm2", "sbus") and name in PROFILED:
         around = _profiling(args, stamp, tag, profiles)
     try:
         with start_server(kind, args, server_cpus, stamp, tag) as server:
@@ -468,7 +468,8 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
     return r
 
 
-PROFILED = ("mcast", "fanout", "stmp-mcast", "stmp-fanout", *MM2_SCENARIOS, *mixed.NAMES)
+PROFILED = ("mcast", "fanout", "stmp-mcast", "stmp-fanout", *MM2_SCENARIOS, *mixed.NAMES,
+            *sbus.REF_NAMES)
 
 
 def _profiling(args, stamp: str, tag: str, profiles: list[dict]):
