@@ -68,6 +68,12 @@ def add_options(p) -> None:
     p.add_argument("--sbus-fanout-messages", type=int, help="scenarios 15, 16 count [100000]")
     p.add_argument("--sbus-subscribers", type=int, help="scenarios 15, 16 readers [10]")
     p.add_argument(
+        "--sbus-batch",
+        type=int,
+        help="packets per system call in the sbus clients: recvmmsg/sendmmsg through ctypes "
+        "above 1 [1: one recv/send per packet]",
+    )
+    p.add_argument(
         "--sbus-bound",
         type=int,
         help="scenario 16: the broker's --max-backlog for its bounded runs "
@@ -76,7 +82,13 @@ def add_options(p) -> None:
 
 
 def apply_options(params, args) -> None:
-    for name in ("sbus_mcast_messages", "sbus_fanout_messages", "sbus_subscribers", "sbus_bound"):
+    for name in (
+        "sbus_mcast_messages",
+        "sbus_fanout_messages",
+        "sbus_subscribers",
+        "sbus_bound",
+        "sbus_batch",
+    ):
         if getattr(args, name):
             setattr(params, name, getattr(args, name))
     args.sbus_bound = params.sbus_bound  # start_broker reads it
@@ -196,7 +208,8 @@ def publish_sbus(
         data = b"".join(packet(i) for i in range(messages))
         while socks:  # each socket stays listed (closed at the end) until its child holds it
             sock = socks[0]
-            readers.append(Child(reader_main, (sock, messages, plen, checks, timeout), sock))
+            batch = params.sbus_batch
+            readers.append(Child(reader_main, (sock, messages, plen, checks, timeout, batch), sock))
             socks.pop(0)
         socks.append(connect(path, timeout))  # the publisher's
         rss_before = server.rss_kib()
@@ -205,7 +218,9 @@ def publish_sbus(
         run0, wait0 = server.sched_ns()
         start = clock()
         with around() if around else contextlib.nullcontext():
-            publisher = Child(publisher_main, (socks[0], data, plen, timeout), socks[0])
+            publisher = Child(
+                publisher_main, (socks[0], data, plen, timeout, params.sbus_batch), socks[0]
+            )
             socks.pop()
             deadline = start + params.scenario_timeout
             got = [r.finish(max(1.0, deadline - clock())) for r in readers]
@@ -233,7 +248,8 @@ def publish_sbus(
                 else "every packet's length; the last byte for byte"
             ),
             "first_mismatch": wrong[0] if wrong else None,
-            "bytes_per_read": plen,  # one packet per read, by construction
+            "bytes_per_read": plen,  # one packet per packet read, by construction
+            "client_batch": params.sbus_batch,
             "eof_subscribers": sum(1 for g in got if "end of stream" in str(g.get("error"))),
             "closed_how": [f"#{i} {g['error']}" for i, g in enumerate(got) if g.get("error")][:5],
             "timed_out": any("no packet" in str(g.get("error")) for g in got),
