@@ -55,6 +55,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from attrs import define
@@ -70,6 +71,8 @@ HARD = ("discard", "block", "error")
 #: fewer gathered packets than this are sent one ``send`` each: one ``sendmmsg`` through
 #: ctypes costs about what two sends do
 FEW = 3
+#: the most packets of a backlog one ``send_many`` is given
+DRAIN_CHUNK = 256
 ORDER = ("queue", "stack", "random")
 
 
@@ -298,6 +301,13 @@ class Outbox:
                 while heap:
                     send(heap[0][2])
                     self.backlog += heapq.heappop(heap)[0]
+            elif self._send_many is not None and self.policy.order == "queue":
+                # oldest first, many per system call: a subscriber that keeps falling a
+                # socket's worth behind is served from here most of the time
+                if not self._drain_many():
+                    if self.budget is not None:
+                        self.budget.update(self, self.backlog)
+                    return
             else:
                 waiting = self._waiting
                 take = waiting.pop if self.policy.order == "stack" else waiting.popleft
@@ -325,6 +335,21 @@ class Outbox:
         self._want_writable(False)
         self._expired = False  # the stall is over: the next one may block again
         self._release()
+
+    def _drain_many(self) -> bool:
+        """:meth:`drain` of ``order/queue`` through ``send_many``: True once empty, False
+        when the socket filled up (BlockingIOError when it took nothing)."""
+        waiting = self._waiting
+        send_many = self._send_many
+        while waiting:
+            chunk = list(islice(waiting, DRAIN_CHUNK))
+            sent = send_many(chunk)  # type: ignore[misc]
+            for packet in chunk[:sent]:
+                waiting.popleft()
+                self.backlog -= len(packet) + PACKET_OVERHEAD
+            if sent < len(chunk):
+                return False
+        return True
 
     def reorder(self) -> None:
         """The ``order/*`` policy changed: arrange what waits accordingly."""

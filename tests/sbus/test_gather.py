@@ -93,11 +93,15 @@ def test_what_the_socket_does_not_take_is_queued_in_order_and_drained(pair):
     first = pair.read_all()
     assert 0 < len(first) < len(packets)
     assert pair.outbox.backlog > 0  # the rest is kept (blocking/soft/queue)
+    assert pair.calls == [200]
+    went = len(first)
     received = first
     while pair.outbox.backlog:
         pair.outbox.drain()
         received += pair.read_all()
     assert received == packets
+    assert len(pair.calls) > 1  # the backlog went out many per call too
+    assert pair.calls[1] == len(packets) - went
     # once drained, offers are gathered again
     pair.outbox.offer(b"again")
     assert pair.read_all() == []
