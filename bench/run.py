@@ -33,6 +33,7 @@ import mixed
 import procs
 import sbus
 import sbus_floor
+import sbus_ref
 import scenarios
 from clients import BenchError
 from profile_summary import format_summary, summarize, to_speedscope
@@ -42,7 +43,8 @@ HERE = Path(__file__).resolve().parent
 ALIASES = {"1": "mcast", "2": "fanout", "3": "latency", "4": "stalled", "5": "idle",
            "6": "stmp-mcast", "7": "stmp-fanout", "8": "stmp-cross", "stmp": "stmp-all",
            "9": "mm2-mcast", "10": "mm2-ack", "11": "mm2-fanout", "mm2": "mm2-all",
-           **sbus.ALIASES, "sbus": "sbus-all", **journal.ALIASES, **acl.ALIASES,
+           **sbus.ALIASES, "sbus": "sbus-all",
+           "sbus-ref": "sbus-ref-all", **journal.ALIASES, **acl.ALIASES,
            **mixed.ALIASES}
 TARGETS = {
     ("mcast", "deliveries_per_s"): 1.5,
@@ -62,9 +64,10 @@ STMP_SCENARIOS = ["stmp-mcast", "stmp-fanout", "stmp-cross"]
 MM2_SCENARIOS = ["mm2-mcast", "mm2-ack", "mm2-fanout"]
 #: aliases that stand for several scenarios
 GROUPS = {"stmp-all": STMP_SCENARIOS, "mm2-all": MM2_SCENARIOS, "sbus-all": sbus.NAMES,
+          "sbus-ref-all": sbus.REF_NAMES,
           "acl-all": acl.NAMES, "mixed": ["mcast16", "fanout16", "many", "latency", "rr100"]}
 #: what --only accepts
-ONLY = ["ssmp", "mosquitto", "stmp", "mm2", "sbus"]
+ONLY = ["ssmp", "mosquitto", "stmp", "mm2", "sbus", sbus_ref.KIND, sbus_floor.KIND]
 #: below this share of its core over a throughput run's measured window, the server was
 #: not the limit: the clients were, or other work on its core (issue 16's bench note)
 SATURATED = 0.9
@@ -87,16 +90,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", type=_only,
                    help="drive these servers/protocols only, comma-separated, of "
                         f"{','.join(ONLY)} (stmp: the STMP runs of 6-8 and 20-22; mm2: the "
-                        "Micromessage2 runs of 9-11 and 20-22; sbus: the sbus runs of "
-                        "12-16), e.g. ssmp,mosquitto")
+                        "Micromessage2 runs of 9-11 and 20-22; sbus: msgbroker's sbus runs of "
+                        "12-16, 24, 25; sbusd: the C reference's; relay: the relay floor's), "
+                        "e.g. ssmp,mosquitto")
     p.add_argument(
         "--scenarios", default=DEFAULT_SCENARIOS,
         help="comma-separated names or numbers (1 mcast, 2 fanout, 3 latency, 4 stalled, "
              "5 idle, 6 stmp-mcast, 7 stmp-fanout, 8 stmp-cross, 9 mm2-mcast, 10 mm2-ack, "
              "11 mm2-fanout, 12 sbus-mcast, 13 sbus-mcast16, 14 sbus-mcast1k, "
              "15 sbus-fanout, 16 sbus-stalled, 17 journal, 18 acl-mcast, 19 acl-fanout, "
-             "20 mcast16, 21 fanout16, 22 many, 23 rr100; 'stmp' = 6,7,8, 'mm2' = 9,10,11, "
-             "'sbus' = 12-16, 'mixed' = 20-23 and 3, 'rr1' = 3) "
+             "20 mcast16, 21 fanout16, 22 many, 23 rr100, 24 sbus-mixed, 25 sbus-mixed-fanout; "
+             "'stmp' = 6,7,8, 'mm2' = 9,10,11, 'sbus' = 12-16, 'sbus-ref' = 12-15, 24, 25, "
+             "'mixed' = 20-23 and 3, 'rr1' = 3) "
              f"[{DEFAULT_SCENARIOS}]",
     )
     p.add_argument("--quick", action="store_true", help="a tenth of every count (smoke test)")
@@ -153,7 +158,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=60.0,
                    help="wait at most this long for that, then run anyway [60 s]; 0 = never")
     p.add_argument("--profile", action="store_true",
-                   help="py-spy record the broker during scenarios 1, 2, 6, 7, 9-11, 20-23")
+                   help="py-spy record the broker during scenarios 1, 2, 6, 7, 9-15, 20-25")
     p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s [250]")
     p.add_argument("--results", type=Path, default=HERE / "results",
                    help="where logs, JSON results and profiles go [bench/results]")
@@ -191,6 +196,8 @@ def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Se
     log_dir.mkdir(parents=True, exist_ok=True)
     if kind == sbus_floor.KIND:
         return sbus_floor.start_relay(log_dir / f"relay-{tag}.log", server_cpus)
+    if kind == sbus_ref.KIND:
+        return sbus_ref.start_sbusd(log_dir / f"sbusd-{tag}.log", server_cpus)
     if kind in sbus.SBUS_KINDS:
         return sbus.start_broker(kind, args, log_dir / f"broker-{tag}-{kind}.log", server_cpus)
     if kind in ("ssmp", "stmp", "ssmp->stmp", "mm2", journal.KIND, acl.KIND):
@@ -230,7 +237,7 @@ def describe(name: str, r: dict) -> str:
         return f"FAILED: {r['error']}"
     if name == "rr100":
         return mixed.describe(name, r) + saturation(r)
-    if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.NAMES,
+    if name in ("mcast", "fanout", "stalled", *STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.ALL_NAMES,
                 *journal.NAMES, *acl.NAMES, *mixed.THROUGHPUT):
         if "deliveries_per_s" not in r:
             return (f"INCOMPLETE: {r['completed_subscribers']}/{r['subscribers']} subscribers "
@@ -243,10 +250,10 @@ def describe(name: str, r: dict) -> str:
         per_sub = f", per subscriber {fmt(r['per_subscriber_per_s'])} msgs/s"
         text = (f"{fmt(r['deliveries_per_s'])} {unit} ({r['elapsed_s']:.3f} s"
                 f"{per_sub if not one else ''})")
-        if name in (*STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.NAMES, *mixed.THROUGHPUT):
+        if name in (*STMP_SCENARIOS, *MM2_SCENARIOS, *sbus.ALL_NAMES, *mixed.THROUGHPUT):
             text += (f"; from the publisher's start {fmt(r['deliveries_per_s_from_start'])} "
                      f"{unit} ({r['from_start_s']:.3f} s)")
-        if name == "stmp-cross" or name in sbus.NAMES or name in acl.NAMES:
+        if name == "stmp-cross" or name in sbus.ALL_NAMES or name in acl.NAMES:
             text += (f"; server CPU {r['server_cpu_s']:.3f} s = "
                      f"{r['server_cpu_per_delivery_us']:.2f} us per delivery")
         text += (f"; CPU over {r['cpu_window_s']:.2f} s: server {100 * r['server_cpu_share']:.0f}%,"
@@ -254,7 +261,7 @@ def describe(name: str, r: dict) -> str:
                  f" publisher {100 * r['publisher_cpu_share']:.0f}%, anything else"
                  f" {100 * r['other_cpu_share']:.0f}% of a core;"
                  f" {fmt(r['bytes_per_read'])} B per read")
-        if not (name == "stmp-cross" or name in sbus.NAMES or name in acl.NAMES):
+        if not (name == "stmp-cross" or name in sbus.ALL_NAMES or name in acl.NAMES):
             text += f"; server CPU {r['server_cpu_per_delivery_us']:.2f} us per delivery"
         text += saturation(r)
         pub = r.get("publisher", {})
@@ -270,7 +277,7 @@ def describe(name: str, r: dict) -> str:
                      + _queues(r)
                      + f"; server RSS {fmt(r['rss_before_kib'] / 1024)} -> "
                      f"{fmt(r['rss_after_kib'] / 1024)} MiB")
-        if name in sbus.NAMES:
+        if name in sbus.ALL_NAMES:
             text += sbus.describe_extra(name, r)
         text += journal.describe_extra(name, r)
         return text
@@ -358,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{params.idle_connections}")
     kinds_of = {name: _kinds(name, args.only) for name in args.names}
     sbus_floor.prepare(kinds_of, args.results / stamp)  # builds the relay, or drops it
+    sbus_ref.prepare(kinds_of, args, args.results / stamp)  # finds/builds sbusd, or drops it
     kinds = list(dict.fromkeys(k for ks in kinds_of.values() for k in ks))
     if any(k in ("stmp", "ssmp->stmp") for k in kinds):
         mismatch = check_stmp_against_codec()
@@ -369,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"WARNING: the harness's Micromessage2 frames differ from msgbroker's codec: "
                   f"{mismatch}")
 
-    profiling = "; PROFILING msgbroker in 1, 2, 6, 7, 9-11 (perturbed figures)"
+    profiling = "; PROFILING msgbroker in 1, 2, 6, 7, 9-15, 20-25 (perturbed figures)"
     profiling = profiling if args.profile else ""
     print(f"msgbroker bench {stamp}: {' '.join(sys.argv)}")
     print(f"  host {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, "
@@ -440,7 +448,7 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
     around = None
     # the msgbroker runs of the throughput scenarios (not Mosquitto's, not stmp-cross's,
     # which measures server CPU itself)
-    if args.profile and kind in ("ssmp", "stmp", "mm2") and name in PROFILED:
+    if args.profile and kind in ("ssmp", "stmp", "mm2", "sbus") and name in PROFILED:
         around = _profiling(args, stamp, tag, profiles)
     try:
         with start_server(kind, args, server_cpus, stamp, tag) as server:
@@ -461,7 +469,8 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
     return r
 
 
-PROFILED = ("mcast", "fanout", "stmp-mcast", "stmp-fanout", *MM2_SCENARIOS, *mixed.NAMES)
+PROFILED = ("mcast", "fanout", "stmp-mcast", "stmp-fanout", *MM2_SCENARIOS, *mixed.NAMES,
+            *sbus.REF_NAMES)
 
 
 def _profiling(args, stamp: str, tag: str, profiles: list[dict]):
@@ -598,7 +607,7 @@ def _print_comparison(name: str, results: dict, params, repeat: int) -> None:
         line = f"    {label}: " + ", ".join(parts)
         if name in STMP_SCENARIOS or name in MM2_SCENARIOS:
             line += _stmp_ratios(name, key, by_kind)
-        elif name in sbus.NAMES:
+        elif name in sbus.ALL_NAMES:
             line += sbus.ratios(name, key, by_kind)
         elif name in journal.NAMES:
             line += journal.ratios(name, key, by_kind)

@@ -10,8 +10,11 @@ SUB has no answer, so a subscriber sends ``CMSG !/cred/whoami`` after it and wai
 reply: the broker handles one client's packets in order, so the subscription is in place.
 
 The Mosquitto and SSMP baselines are ``scenarios.publish_fanout`` with this module's counts
-and payload size; 12-14 also run the relay floor (bench/sbus_floor.py) with these clients.
-The scenarios are registered in ``scenarios.SCENARIOS`` (see its end).
+and payload size; 12-14 also run the relay floor (bench/sbus_floor.py) with these clients,
+and 12-15, 24 and 25 the C reference sbusd (bench/sbus_ref.py) when it is given. 24 and 25
+are 12 and 15 with the publisher rotating over 16 keys, each subscriber subscribed to all
+16: no two consecutive packets share a key. The scenarios are registered in
+``scenarios.SCENARIOS`` (see its end).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from pathlib import Path
 
 import procs
 import sbus_floor
+import sbus_ref
 from clients import BenchError
 from sbus_clients import (
-    PREFIX,
+    KEY,
     Child,
     clock,
     connect,
@@ -50,12 +54,25 @@ STALLED_RCVBUF = 4096  # as scenario 4's stalled subscriber
 #: sending ``CMSG blocking/hard/discard`` (sbus-stalled only)
 SBUS_KINDS = ("sbus", "sbus-bound", "sbus-discard")
 NAMES = ["sbus-mcast", "sbus-mcast16", "sbus-mcast1k", "sbus-fanout", "sbus-stalled"]
+#: 12 and 15 with the publisher rotating over :data:`MIXED_KEYS` keys (not in ``sbus``)
+MIXED_NAMES = ["sbus-mixed", "sbus-mixed-fanout"]
+MIXED_KEYS = 16
+ALL_NAMES = NAMES + MIXED_NAMES
+#: ``--scenarios sbus-ref``: every sbus scenario the C reference runs in
+REF_NAMES = [*NAMES[:4], *MIXED_NAMES]
 
 
 def add_options(p) -> None:
+    sbus_ref.add_options(p)
     p.add_argument("--sbus-mcast-messages", type=int, help="scenarios 12-14 count [300000]")
     p.add_argument("--sbus-fanout-messages", type=int, help="scenarios 15, 16 count [100000]")
     p.add_argument("--sbus-subscribers", type=int, help="scenarios 15, 16 readers [10]")
+    p.add_argument(
+        "--sbus-batch",
+        type=int,
+        help="packets per system call in the sbus clients: recvmmsg/sendmmsg through ctypes "
+        "above 1 [1: one recv/send per packet]",
+    )
     p.add_argument(
         "--sbus-bound",
         type=int,
@@ -65,7 +82,13 @@ def add_options(p) -> None:
 
 
 def apply_options(params, args) -> None:
-    for name in ("sbus_mcast_messages", "sbus_fanout_messages", "sbus_subscribers", "sbus_bound"):
+    for name in (
+        "sbus_mcast_messages",
+        "sbus_fanout_messages",
+        "sbus_subscribers",
+        "sbus_bound",
+        "sbus_batch",
+    ):
         if getattr(args, name):
             setattr(params, name, getattr(args, name))
     args.sbus_bound = params.sbus_bound  # start_broker reads it
@@ -140,8 +163,14 @@ def peak_rss_kib(pid: int) -> int:
 # -- one run -------------------------------------------------------------------------------
 
 
+def mixed_keys(count: int) -> list[bytes]:
+    """``count`` routing keys of one length (so every packet has the same length)."""
+    width = len(str(count - 1))
+    return [KEY + b"%0*d" % (width, i) for i in range(count)]
+
+
 def publish_sbus(
-    server: SbusBroker | sbus_floor.Relay,
+    server: SbusBroker | sbus_floor.Relay | sbus_ref.Sbusd,
     params,
     *,
     messages: int,
@@ -149,15 +178,23 @@ def publish_sbus(
     size: int,
     stalled: bool = False,
     around=None,
+    keys: int = 1,
 ) -> dict:
     """1 publisher -> ``subscribers`` readers on sbus (plus, with ``stalled``, one subscriber
-    first in order that never reads, its receive buffer 4 KiB)."""
+    first in order that never reads, its receive buffer 4 KiB). With ``keys`` > 1, message
+    i goes to key ``i % keys`` (:func:`mixed_keys`), and every reader subscribes to all."""
     path = server.sbus_path
     timeout = params.idle_timeout
-    plen = len(PREFIX) + size
+    names = [KEY] if keys == 1 else mixed_keys(keys)
+    prefixes = [b"MSG " + key + b"\0" for key in names]
+
+    def packet(i: int) -> bytes:
+        return prefixes[i % keys] + payload(i, size)
+
+    plen = len(prefixes[0]) + size
     step = max(1, messages // 1000)
-    checks = [(c, PREFIX + payload(c - 1, size)) for c in range(step, messages, step)]
-    checks.append((messages, PREFIX + payload(messages - 1, size)))
+    checks = [(c, packet(c - 1)) for c in range(step, messages, step)]
+    checks.append((messages, packet(messages - 1)))
     if not params.verify:
         checks = checks[-1:]
     stalled_sock = None
@@ -167,24 +204,29 @@ def publish_sbus(
         if stalled:
             controls = (HARD_DISCARD,) if server.sbus_kind == "sbus-discard" else ()
             stalled_sock = subscriber(path, timeout, controls, rcvbuf=STALLED_RCVBUF)
-        socks = [subscriber(path, timeout) for _ in range(subscribers)]
-        data = b"".join(PREFIX + payload(i, size) for i in range(messages))
+        socks = [subscriber(path, timeout, keys=tuple(names)) for _ in range(subscribers)]
+        data = b"".join(packet(i) for i in range(messages))
         while socks:  # each socket stays listed (closed at the end) until its child holds it
             sock = socks[0]
-            readers.append(Child(reader_main, (sock, messages, plen, checks, timeout), sock))
+            batch = params.sbus_batch
+            readers.append(Child(reader_main, (sock, messages, plen, checks, timeout, batch), sock))
             socks.pop(0)
         socks.append(connect(path, timeout))  # the publisher's
         rss_before = server.rss_kib()
         server_cpu = server.cpu_seconds()
         cores = procs.core_times()
+        run0, wait0 = server.sched_ns()
         start = clock()
         with around() if around else contextlib.nullcontext():
-            publisher = Child(publisher_main, (socks[0], data, plen, timeout), socks[0])
+            publisher = Child(
+                publisher_main, (socks[0], data, plen, timeout, params.sbus_batch), socks[0]
+            )
             socks.pop()
             deadline = start + params.scenario_timeout
             got = [r.finish(max(1.0, deadline - clock())) for r in readers]
             pub = publisher.finish(max(1.0, deadline - clock()))
         wall = clock() - start
+        run1, wait1 = server.sched_ns()
         server_cpu = server.cpu_seconds() - server_cpu
         cores = procs.core_busy(cores, procs.core_times())
         reader_cpu = sum(g.get("cpu_seconds", 0.0) for g in got)
@@ -195,6 +237,7 @@ def publish_sbus(
         result: dict = {
             "messages": messages,
             "subscribers": subscribers,
+            "keys": keys,
             "payload_bytes": size,
             "frame_bytes": plen,
             "completed_subscribers": len(done),
@@ -205,7 +248,8 @@ def publish_sbus(
                 else "every packet's length; the last byte for byte"
             ),
             "first_mismatch": wrong[0] if wrong else None,
-            "bytes_per_read": plen,  # one packet per read, by construction
+            "bytes_per_read": plen,  # one packet per packet read, by construction
+            "client_batch": params.sbus_batch,
             "eof_subscribers": sum(1 for g in got if "end of stream" in str(g.get("error"))),
             "closed_how": [f"#{i} {g['error']}" for i, g in enumerate(got) if g.get("error")][:5],
             "timed_out": any("no packet" in str(g.get("error")) for g in got),
@@ -219,6 +263,11 @@ def publish_sbus(
             "reader_cpu_share": reader_cpu / wall,
             "publisher_cpu_share": pub.get("cpu_seconds", 0.0) / wall,
             "core_busy": cores,
+            # from the publisher's start to the last report (schedstat, exact): on its
+            # core, and ready to run while its core ran something else
+            "server_busy": (run1 - run0) / 1e9 / wall,
+            "server_runq": (wait1 - wait0) / 1e9 / wall,
+            "server_window_s": wall,
             "other_cpu_share": sum(cores.values())
             - (server_cpu + reader_cpu + pub.get("cpu_seconds", 0.0)) / wall,
         }
@@ -258,8 +307,9 @@ def _run(
     size: int,
     stalled: bool = False,
     around=None,
+    keys: int = 1,
 ) -> dict:
-    if isinstance(server, (SbusBroker, sbus_floor.Relay)):
+    if isinstance(server, (SbusBroker, sbus_floor.Relay, sbus_ref.Sbusd)):
         return publish_sbus(
             server,
             params,
@@ -268,11 +318,12 @@ def _run(
             size=size,
             stalled=stalled,
             around=around,
+            keys=keys,
         )
     import scenarios  # a cycle otherwise: scenarios registers this module's scenarios
 
-    # one topic, as sbus's publisher uses one key
-    base = dataclasses.replace(params, payload_size=size, topics=1)
+    # as many topics as sbus's publisher uses keys
+    base = dataclasses.replace(params, payload_size=size, topics=keys)
     result = scenarios.publish_fanout(
         server,
         proto,
@@ -321,6 +372,34 @@ def sbus_fanout(server, proto, params, around=None) -> dict:
     )
 
 
+def sbus_mixed(server, proto, params, around=None) -> dict:
+    """24. as 12, the publisher rotating over 16 keys."""
+    return _run(
+        server,
+        proto,
+        params,
+        messages=params.sbus_mcast_messages,
+        subscribers=1,
+        size=64,
+        around=around,
+        keys=MIXED_KEYS,
+    )
+
+
+def sbus_mixed_fanout(server, proto, params, around=None) -> dict:
+    """25. as 15, the publisher rotating over 16 keys."""
+    return _run(
+        server,
+        proto,
+        params,
+        messages=params.sbus_fanout_messages,
+        subscribers=params.sbus_subscribers,
+        size=64,
+        around=around,
+        keys=MIXED_KEYS,
+    )
+
+
 def sbus_stalled(server, proto, params, around=None) -> dict:
     """16. as 15, plus one subscriber that never reads."""
     result = _run(
@@ -344,12 +423,21 @@ SCENARIOS = {
     "sbus-mcast1k": (14, "sbus publish 1->1, 1 KiB payloads", sbus_mcast1k),
     "sbus-fanout": (15, "sbus fan-out 1->10", sbus_fanout),
     "sbus-stalled": (16, "sbus fan-out 1->10 plus a stalled subscriber", sbus_stalled),
+    "sbus-mixed": (24, "sbus publish 1->1, 64 B, rotating over 16 keys", sbus_mixed),
+    "sbus-mixed-fanout": (
+        25,
+        "sbus fan-out 1->10, 64 B, rotating over 16 keys",
+        sbus_mixed_fanout,
+    ),
 }
-KINDS = {name: ["sbus", "ssmp", "mosquitto"] for name in NAMES}
-for _name in NAMES[:3]:  # 1->1: the relay floor (bench/sbus_floor.py) beside the broker
-    KINDS[_name] = ["sbus", sbus_floor.KIND, "ssmp", "mosquitto"]
+#: the C reference (bench/sbus_ref.py; left out unless --sbusd/--sbusd-src) right after the
+#: broker, and for 1->1 the relay floor (bench/sbus_floor.py)
+KINDS = {name: ["sbus", sbus_ref.KIND, "ssmp", "mosquitto"] for name in NAMES + MIXED_NAMES}
+for _name in NAMES[:3]:
+    KINDS[_name] = ["sbus", sbus_ref.KIND, sbus_floor.KIND, "ssmp", "mosquitto"]
+KINDS["sbus-mixed"] = ["sbus", sbus_ref.KIND, sbus_floor.KIND, "ssmp", "mosquitto"]
 KINDS["sbus-stalled"] = ["sbus", "sbus-bound", "sbus-discard", "mosquitto"]
-#: run.py aliases: numbers, and ``sbus`` for all five
+#: run.py aliases: numbers, and ``sbus`` for the five of 12-16 (``sbus-ref``: 12-15, 24, 25)
 ALIASES = {str(number): name for name, (number, _, _) in SCENARIOS.items()}
 
 
@@ -364,7 +452,7 @@ def describe_extra(name: str, r: dict) -> str:
     """What run.describe's throughput line leaves out: payload size, memory, the stalled
     subscriber's fate."""
     text = f"; payload {r.get('payload_bytes', '?')} B"
-    if "rss_peak_kib" in r and name in ("sbus-fanout", "sbus-stalled"):
+    if "rss_peak_kib" in r and name in ("sbus-fanout", "sbus-stalled", "sbus-mixed-fanout"):
         text += (
             f"; server RSS {_mib(r['rss_before_kib'])} -> peak {_mib(r['rss_peak_kib'])}"
             f" -> {_mib(r['rss_after_kib'])} MiB"
@@ -387,9 +475,9 @@ SUMMARY = {
         ("deliveries_per_s_from_start", "msgs/s from the publisher's start", True),
         ("server_cpu_per_delivery_us", "server CPU us per delivery", False),
     ]
-    for name in NAMES[:3]
+    for name in [*NAMES[:3], "sbus-mixed"]
 }
-SUMMARY["sbus-fanout"] = [
+SUMMARY["sbus-fanout"] = SUMMARY["sbus-mixed-fanout"] = [
     ("deliveries_per_s", "deliveries/s", True),
     ("deliveries_per_s_from_start", "deliveries/s from the publisher's start", True),
     ("server_cpu_per_delivery_us", "server CPU us per delivery", False),
@@ -408,16 +496,18 @@ def _median(runs: list[dict], key: str) -> float | None:
 
 
 def ratios(name: str, key: str, by_kind: dict) -> str:
-    """sbus/relay (12-14: the broker against the relay floor), sbus/mosquitto and sbus/ssmp
-    (medians)."""
+    """sbus/sbusd (the broker against the C reference; issue 16's goal: >= 1x), sbus/relay
+    (12-14: against the relay floor), sbus/mosquitto and sbus/ssmp (medians)."""
     ours = _median(by_kind.get("sbus", []), key)
     if ours is None or name == "sbus-stalled":
         return ""
     text = ""
-    for kind in (sbus_floor.KIND, "mosquitto", "ssmp"):
+    for kind in (sbus_ref.KIND, sbus_floor.KIND, "mosquitto", "ssmp"):
         theirs = _median(by_kind.get(kind, []), key)
         if theirs:
             text += f"; sbus/{kind} {ours / theirs:.2f}x"
+            if kind == sbus_ref.KIND and key == "deliveries_per_s":
+                text += f" (target >= 1x: {'met' if ours >= theirs else 'NOT met'})"
     return text
 
 

@@ -77,6 +77,8 @@ class Params:
     sbus_fanout_messages: int = 100_000
     sbus_subscribers: int = 10
     sbus_bound: int = 1 << 20
+    #: packets per system call in the sbus clients (recvmmsg/sendmmsg above 1)
+    sbus_batch: int = 1
     #: bench/mixed.py: 22 (many publishers, topics and subscribers; messages in all) and
     #: 23 (request/reply pairs; round trips in all, after the warm-up ones)
     many_clients: int = 100

@@ -40,8 +40,14 @@ f)`` (a server session's ``timers.call_later``: the result has ``cancel()``).
 
 On the server an outbox is the session's output (:class:`msgbroker.output.Output`): the
 hub's ``send`` is its :meth:`~Outbox.offer`, and it is a member of the broker's output
-budget. It writes to a :class:`~.seqpacket.SeqpacketConnection`, or to any byte transport
-with a streaming producer through :class:`TransportSink` (the sans-IO test driver's wire).
+budget. There, while its policies can pause nobody (no ``block``), what the hub offers an
+idle outbox during one input is gathered and sent in one system call when the broker's
+batcher flushes it, at the end of that input (``send_many``, ``defer``: the socket's
+``sendmmsg``); what does not fit then meets the policy, in order, as if sent one by one.
+With a ``block`` policy each packet is tried at once, so that a publisher is paused at the
+very packet that filled the socket. It writes to a
+:class:`~.seqpacket.SeqpacketConnection`, or to any byte transport with a streaming
+producer through :class:`TransportSink` (the sans-IO test driver's wire).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from attrs import define
@@ -61,6 +68,11 @@ SOFT = ("queue", "discard", "block", "error")
 #: small packets would otherwise take twice its bound
 PACKET_OVERHEAD = 48
 HARD = ("discard", "block", "error")
+#: fewer gathered packets than this are sent one ``send`` each: one ``sendmmsg`` through
+#: ctypes costs about what two sends do
+FEW = 3
+#: the most packets of a backlog one ``send_many`` is given
+DRAIN_CHUNK = 256
 ORDER = ("queue", "stack", "random")
 
 
@@ -143,8 +155,17 @@ class Outbox:
         fallback: str = "error",
         on_dropped: Callable[[int], None] | None = None,
         budget: Any = None,
+        send_many: Callable[[list[bytes]], int] | None = None,
+        defer: Callable[[Outbox], None] | None = None,
     ) -> None:
         self._send = send
+        #: sends a list of packets in one call, how many went (BlockingIOError: none fit)
+        self._send_many = send_many
+        #: has :meth:`flush` called soon (the broker's batcher: at the end of this input)
+        self._defer = defer
+        #: packets offered since the last flush, while gathering (else None: see
+        #: :meth:`policy_changed`)
+        self._pending: list[bytes] | None = None
         self._want_writable = want_writable
         self._on_error = on_error
         self._source = source
@@ -171,6 +192,7 @@ class Outbox:
         #: this stall outlasted block_timeout: nothing may pause a publisher until drained
         self._expired = False
         self.reorder()
+        self.policy_changed()
 
     def __len__(self) -> int:
         return len(self._heap) if self._heap is not None else len(self._waiting)
@@ -181,6 +203,12 @@ class Outbox:
         """Deliver ``packet``: sent now, or kept, dropped or the client disconnected as its
         policy says. The hub calls this once per delivery."""
         if not self.backlog and not self.closed:
+            pending = self._pending
+            if pending is not None:  # gathered: one system call at the end of the input
+                if not pending:
+                    self._defer(self)  # type: ignore[misc]
+                pending.append(packet)
+                return
             try:
                 self._send(packet)
                 return
@@ -199,6 +227,8 @@ class Outbox:
         by the soft policy, and in order with everything else sent to it."""
         if self.closed:
             return
+        if self._pending:
+            self.flush()
         if not self.backlog:
             try:
                 self._send(packet)
@@ -221,9 +251,7 @@ class Outbox:
         elif soft == "block":
             self._keep(packet, hold=True)
         else:
-            self._error(
-                "could not take a message (blocking/soft/error)", CloseReason.FLOOD_CONTROL
-            )
+            self._error("could not take a message (blocking/soft/error)", CloseReason.FLOOD_CONTROL)
 
     def _keep(self, packet: bytes, hold: bool) -> None:
         size = len(packet) + PACKET_OVERHEAD
@@ -273,6 +301,13 @@ class Outbox:
                 while heap:
                     send(heap[0][2])
                     self.backlog += heapq.heappop(heap)[0]
+            elif self._send_many is not None and self.policy.order == "queue":
+                # oldest first, many per system call: a subscriber that keeps falling a
+                # socket's worth behind is served from here most of the time
+                if not self._drain_many():
+                    if self.budget is not None:
+                        self.budget.update(self, self.backlog)
+                    return
             else:
                 waiting = self._waiting
                 take = waiting.pop if self.policy.order == "stack" else waiting.popleft
@@ -300,6 +335,21 @@ class Outbox:
         self._want_writable(False)
         self._expired = False  # the stall is over: the next one may block again
         self._release()
+
+    def _drain_many(self) -> bool:
+        """:meth:`drain` of ``order/queue`` through ``send_many``: True once empty, False
+        when the socket filled up (BlockingIOError when it took nothing)."""
+        waiting = self._waiting
+        send_many = self._send_many
+        while waiting:
+            chunk = list(islice(waiting, DRAIN_CHUNK))
+            sent = send_many(chunk)  # type: ignore[misc]
+            for packet in chunk[:sent]:
+                waiting.popleft()
+                self.backlog -= len(packet) + PACKET_OVERHEAD
+            if sent < len(chunk):
+                return False
+        return True
 
     def reorder(self) -> None:
         """The ``order/*`` policy changed: arrange what waits accordingly."""
@@ -373,8 +423,46 @@ class Outbox:
         # the client is gone (EPIPE, ECONNRESET): its reader will see the end
         self.close()
 
+    def policy_changed(self) -> None:
+        """Call after changing :attr:`policy`: gathering packets for one system call is on
+        only with a ``send_many`` and while no policy may pause a publisher (``block``
+        must pause it at the very packet that did not fit). Sends what was gathered."""
+        self.flush()
+        policy = self.policy
+        gather = (
+            self._send_many is not None
+            and self._defer is not None
+            and policy.soft != "block"
+            and policy.hard != "block"
+        )
+        self._pending = [] if gather else None
+
     def flush(self) -> None:
-        """Nothing to do: the outbox sends each packet as it comes (the Output interface)."""
+        """Send what was gathered (the Output interface; the batcher calls it at the end of
+        the input that offered it): in one call while the socket takes it; what it does
+        not take then goes to the policy, in order, as :meth:`offer` would have."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        if self.closed:
+            return
+        sent = 0
+        try:
+            if len(pending) < FEW:
+                send = self._send
+                for packet in pending:
+                    send(packet)
+                    sent += 1
+            else:
+                sent = self._send_many(pending)  # type: ignore[misc]
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._failed()
+            return
+        for packet in pending[sent:] if sent < len(pending) else ():
+            self._cannot_send(packet)
 
     def stop(self) -> None:
         """The connection is being cut (the Output interface): :meth:`close`."""
@@ -383,6 +471,7 @@ class Outbox:
     def when_drained(self, call: Callable[[], None]) -> None:
         """At once (the Output interface): the seqpacket transport's graceful close sends
         what waits here before it closes."""
+        self.flush()
         if not self.closed:
             call()
 
@@ -391,6 +480,8 @@ class Outbox:
         if self.closed:
             return
         self.closed = True
+        if self._pending:
+            self._pending = []
         self._waiting.clear()
         self._heap = None
         self.backlog = 0

@@ -131,8 +131,12 @@ class SbusServerSession(ServerSession):
             fallback=hard,
             on_dropped=partial(_dropped, session),
             budget=broker.output_budget,
+            # a socket's deliveries during one input go out in one system call
+            send_many=getattr(sink, "send_packets", None),
+            defer=broker.batcher.mark,
         )
         outbox.policy.hard = hard
+        outbox.policy_changed()
         sink.write_through(outbox)
         return outbox
 
@@ -261,6 +265,7 @@ class SbusServerSession(ServerSession):
             outbox = self.outbox
             order = outbox.policy.order
             outbox.policy.apply(key)
+            outbox.policy_changed()
             if outbox.policy.order != order:
                 outbox.reorder()
         # any other control message is the server's to ignore; none is ever forwarded

@@ -36,6 +36,7 @@ import os
 import socket
 import weakref
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from attrs import frozen
@@ -44,6 +45,7 @@ from twisted.internet.address import UNIXAddress
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from . import mmsg
 from .addresses import (
     Credentials,
     SeqpacketAddress,
@@ -233,6 +235,13 @@ class SeqpacketConnection(abstract.FileDescriptor):
         """Sends one packet now: the socket's ``send`` (``BlockingIOError`` when full)."""
         return self.socket.send
 
+    @property
+    def send_packets(self) -> Callable[[list[bytes]], int] | None:
+        """Sends several packets in one system call (``sendmmsg``): how many went; None
+        where there is no ``sendmmsg`` (see :mod:`.mmsg`)."""
+        send = mmsg.sender()
+        return None if send is None else partial(send, self.socket.fileno())
+
     def want_writable(self, want: bool) -> None:
         """Whether to be told (the outbox drained) when the socket is writable."""
         if self.connected:
@@ -262,6 +271,8 @@ class SeqpacketConnection(abstract.FileDescriptor):
         """Close once what waits in the outbox is sent."""
         if not self.connected or self.disconnecting:
             return
+        if self._outbox is not None:
+            self._outbox.flush()  # what it gathered joins its backlog, if it must wait
         self.disconnecting = True
         self.stopReading()
         if self._outbox is not None and self._outbox.backlog:
