@@ -76,19 +76,23 @@ Frame = MessageFrame | ExtensionFrame | Command | ErrorFrame
 
 @frozen(slots=True)
 class MessageBatch:
-    """``len(payloads)`` (2 or more) consecutive MESSAGE frames to one destination, numbered
-    ``first_seq`` onwards without a gap, each whole in one frame and without properties:
-    what a client pipelining publishes sends. Only :meth:`FrameDecoder.feed_runs` makes
+    """``len(payloads)`` (2 or more) consecutive MESSAGE frames, numbered ``first_seq``
+    onwards without a gap, each whole in one frame and without properties: what a client
+    pipelining publishes sends. All to ``destination``, or, when ``destinations`` is set
+    (a *mixed* batch: a client rotating over topics), each to its own destination there
+    (``destination`` is then the first one's). Only :meth:`FrameDecoder.feed_runs` makes
     them; :meth:`frames` gives the MESSAGE frames they stand for."""
 
     first_seq: int
     destination: str
     payloads: list[bytes]
+    destinations: list[str] | None = None
 
     def frames(self) -> list[MessageFrame]:
         out, seq = [], self.first_seq
-        for payload in self.payloads:
-            out.append(MessageFrame(seq, self.destination, payload))
+        destinations = self.destinations or [self.destination] * len(self.payloads)
+        for destination, payload in zip(destinations, self.payloads, strict=True):
+            out.append(MessageFrame(seq, destination, payload))
             seq = 1 if seq == 0xFFFF else seq + 1
         return out
 
@@ -247,6 +251,26 @@ def _parse_message(
     return MessageFrame(seq, destination, payload, properties, bool(flags & CONTINUED)), end
 
 
+#: destinations (their bytes) already read and found valid, so a client rotating over
+#: topics has each read once; module-level on purpose: pure text, the same for every broker,
+#: bounded by clearing it past 1,024 names
+_names: dict[bytes, str] = {}
+
+
+def _name(raw: bytes) -> str | None:
+    """``raw`` as a destination when the general parser would read it as one (kept in
+    ``_names``); None when it would not (the general parser reports why)."""
+    if not raw.isascii():
+        return None
+    name = raw.decode("ascii")
+    if not is_valid_name(name):
+        return None
+    if len(_names) >= 1024:
+        _names.clear()
+    _names[raw] = name
+    return name
+
+
 class FrameDecoder:
     """Incremental parser of a frame stream (everything after the handshake).
 
@@ -312,25 +336,28 @@ class FrameDecoder:
         size = len(buf)
         if size < 7 or buf[0] & ~LARGE:
             return None
-        dest_len = buf[3]
-        dest = bytes(buf[4 : 4 + dest_len])
-        after_dest = 4 + dest_len
+        names = _names
         payloads: list[bytes] = []
+        destinations: list[str] = []
         pos, seq = 0, _U16.unpack_from(buf, 1)[0]
         first_seq = seq
-        while True:
-            at = pos + after_dest
-            # a simple frame: flags 0 or LARGE, the expected seq, the same destination,
-            # no properties, a payload the limit allows, all of it here
-            if (
-                at + 3 > size
-                or buf[pos] & ~LARGE
-                or _U16.unpack_from(buf, pos + 1)[0] != seq
-                or buf[pos + 3] != dest_len
-                or buf[pos + 4 : at] != dest
-                or buf[at] or buf[at + 1]
-            ):  # fmt: skip
+        dest_len = -1  # the previous frame's destination (its length and bytes)
+        raw, name = b"", ""
+        while pos + 4 <= size:
+            # a simple frame: flags 0 or LARGE, the expected seq, a destination we read the
+            # same way as the general parser, no properties, a payload the limit allows,
+            # all of it here
+            if buf[pos] & ~LARGE or _U16.unpack_from(buf, pos + 1)[0] != seq:
                 break
+            at = pos + 4 + buf[pos + 3]
+            if at + 3 > size or buf[at] or buf[at + 1]:
+                break
+            if buf[pos + 3] != dest_len or buf[pos + 4 : at] != raw:
+                dest_len, raw = buf[pos + 3], bytes(buf[pos + 4 : at])
+                known = names.get(raw) or _name(raw)
+                if known is None:
+                    break  # the general parser reports it
+                name = known
             if buf[pos] & LARGE:
                 if at + 6 > size:
                     break
@@ -341,16 +368,17 @@ class FrameDecoder:
             if length > limit or end > size:
                 break
             payloads.append(bytes(buf[start:end]))
+            destinations.append(name)
             pos = end
             seq = 1 if seq == 0xFFFF else seq + 1
         if len(payloads) < 2 or first_seq == 0:
             return None
-        destination = dest.decode("ascii", "replace")
-        if not is_valid_name(destination) or not dest.isascii():
-            return None  # the general parser reports it
         del buf[:pos]
         self._need = 1
-        return MessageBatch(first_seq, destination, payloads)
+        first = destinations[0]
+        if destinations.count(first) == len(destinations):
+            return MessageBatch(first_seq, first, payloads)
+        return MessageBatch(first_seq, first, payloads, destinations)
 
     @property
     def buffered(self) -> bytes:
