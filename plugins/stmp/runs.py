@@ -18,8 +18,8 @@ import re
 import struct
 from collections.abc import Callable
 from functools import partial
-from itertools import chain, repeat
-from operator import add
+from itertools import chain, groupby, repeat
+from operator import add, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import msgpack  # type: ignore[import-untyped]
@@ -50,6 +50,17 @@ _PUBLISH_HEAD = rb"\x50..\x00\x00\x01\x04...."
 _CANONICAL_RUN = re.compile(
     _PUBLISH_HEAD + rb'\{"topic":"(' + _PLAIN + rb'+)","data":"' + _PLAIN + rb'*"\}'
     rb"(?:" + _PUBLISH_HEAD + rb'\{"topic":"\1","data":"' + _PLAIN + rb'*"\})*',
+    re.DOTALL,
+)
+#: a whole run of such requests, each to its own topic (a client rotating over topics)
+_CANONICAL_MIXED = re.compile(
+    rb"(?:" + _PUBLISH_HEAD + rb'\{"topic":"' + _PLAIN + rb'+","data":"' + _PLAIN + rb'*"\})+',
+    re.DOTALL,
+)
+#: each request of such a run: (id, body, topic, data), a body being a payload after "{"
+_FIELDS = re.compile(
+    rb"\x50(..)\x00\x00\x01\x04....\{"
+    rb'("topic":"(' + _PLAIN + rb'+)","data":"(' + _PLAIN + rb'*)"\})',
     re.DOTALL,
 )
 _TOPIC_OPEN = b'{"topic":"'
@@ -154,7 +165,9 @@ def publish_run(connection: STMPServerSession, run: RequestRun) -> None:
 
 def _whole(connection: STMPServerSession, run: RequestRun, identity: str) -> bool:
     """Route ``run`` in a few C calls when every request is a canonical JSON publish to one
-    topic (the common case: a client pipelining publishes); False (nothing done) otherwise.
+    topic (the common case: a client pipelining publishes), or with no more than a
+    :class:`Message` per request when they go to several topics (:func:`_mixed`); False
+    (nothing done) when not every request is canonical.
 
     Why the checks suffice: the regex tiles the block into request heads and canonical
     payloads. A payload cannot contain a head (a head holds NUL bytes; the payload text
@@ -163,7 +176,9 @@ def _whole(connection: STMPServerSession, run: RequestRun, identity: str) -> boo
     """
     block = run.block
     match = _CANONICAL_RUN.fullmatch(block)
-    if match is None or block.count(_TOPIC_OPEN) != run.count:
+    if match is None:
+        return _mixed(connection, run, identity)
+    if block.count(_TOPIC_OPEN) != run.count:
         return False
     topic = match.group(1).decode("ascii")
     broker = connection.broker
@@ -182,6 +197,49 @@ def _whole(connection: STMPServerSession, run: RequestRun, identity: str) -> boo
     connection.broker.hub.multicast_run(connection.peer, routed)
     connection.reply(_OK_HEAD + _OK_JOIN.join(cut[1::2]) + _OK_TAIL)
     return True
+
+
+def _mixed(connection: STMPServerSession, run: RequestRun, identity: str) -> bool:
+    """:func:`_whole` for canonical publishes to several topics: one regex pass reads every
+    request's id, topic and data; each stretch to one topic is routed as a
+    :class:`MessageRun` (a lone request as a :class:`Message`, cheaper for the hub), and
+    every Ok goes in one write. False (nothing done) when a request is not canonical or the
+    authorization hook refuses one of the topics (the general loop answers each then)."""
+    block = run.block
+    if _CANONICAL_MIXED.fullmatch(block) is None or block.count(_TOPIC_OPEN) != run.count:
+        return False
+    fields = _FIELDS.findall(block)
+    names = _topic_names
+    if len(names) > 1024:
+        names.clear()
+    topics = set(map(_TOPIC, fields))
+    for raw in topics:
+        if raw not in names:
+            names[raw] = raw.decode("ascii")
+    broker, session = connection.broker, connection.peer
+    if broker.authorizes and not all(
+        broker.authorize(session, "publish", names[raw]) for raw in topics
+    ):
+        return False
+    hub = broker.hub
+    multicast, mcast = hub.multicast, Kind.MCAST
+    for raw, group in groupby(fields, _TOPIC):
+        stretch = list(group)
+        if len(stretch) == 1:
+            multicast(session, Message(mcast, identity, "stmp", names[raw], stretch[0][3]))
+            continue
+        datas = [field[3] for field in stretch]
+        bodies = CanonicalPublishes([field[1] for field in stretch])
+        routed = MessageRun(mcast, identity, "stmp", names[raw], len(datas), datas.copy, bodies)
+        hub.multicast_run(session, routed)
+    connection.reply(_OK_HEAD + _OK_JOIN.join(map(_ID, fields)) + _OK_TAIL)
+    return True
+
+
+#: topics as read from canonical publishes (their bytes: the text, ASCII), so that a client
+#: rotating over topics has each decoded once; bounded by clearing it past 1,024 topics
+_topic_names: dict[bytes, str] = {}
+_ID, _TOPIC = itemgetter(0), itemgetter(2)
 
 
 def _parse(payload: bytes, encoding: int) -> tuple[str, bytes] | None:
