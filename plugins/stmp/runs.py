@@ -278,31 +278,39 @@ def run_encoder(
     return encode_run
 
 
-def mcast_template(framing: str, encoding: int) -> Callable[[Message], bytes | None] | None:
-    """For the binary JSON delivery encoder: one MCAST's delivery from a template, when its
-    data needs no escaping (else None: the caller encodes it the general way). The
-    templates of the last (sender, topic) pairs are kept."""
+def templated(
+    framing: str, encoding: int, general: Callable[[Message], bytes | None]
+) -> Callable[[Message], bytes | None]:
+    """The delivery encoder ``general`` of ``framing`` and ``encoding``; for binary JSON, one
+    that fills an MCAST's delivery from a template when its data needs no escaping, and
+    leaves the rest to ``general`` (one function, called once per message fanned out: no
+    second call for the common case). The templates of the last (sender, topic) pairs are
+    kept."""
     if framing != "binary" or encoding != Encoding.JSON:
-        return None
+        return general
     head, pack, plain = _DELIVERY_HEAD[Encoding.JSON], _U32.pack, _PLAIN_DATA.fullmatch
+    mcast = Kind.MCAST
     templates: dict[tuple[str, str | None], tuple[bytes, int]] = {}
 
-    def fill(message: Message) -> bytes | None:
+    def encode(message: Message) -> bytes | None:
         data = message.payload
-        if not plain(data):
-            return None
+        if message.kind is not mcast or not plain(data):
+            return general(message)
         key = (message.sender, message.topic)
         known = templates.get(key)
         if known is None:
             if len(templates) >= 1024:
                 templates.clear()
-            fields = payloads.delivery_fields(key[0], "mcast", key[1], b"", Encoding.JSON)
-            template = payloads.encode_payload(fields, Encoding.JSON)
+            try:
+                fields = payloads.delivery_fields(key[0], "mcast", key[1], b"", Encoding.JSON)
+                template = payloads.encode_payload(fields, Encoding.JSON)
+            except ValueError:  # a sender or topic JSON cannot carry: this one is skipped
+                return None
             known = templates[key] = (template[: -len(b'"}')], len(template))
         prefix, size = known
         return b"".join((head, pack(size + len(data)), prefix, data, b'"}'))
 
-    return fill
+    return encode
 
 
 def _one_by_one(run: MessageRun, encode: Callable[[Message], bytes | None]) -> tuple[bytes, int]:
