@@ -52,12 +52,9 @@ _CANONICAL_RUN = re.compile(
     rb"(?:" + _PUBLISH_HEAD + rb'\{"topic":"\1","data":"' + _PLAIN + rb'*"\})*',
     re.DOTALL,
 )
-#: a whole run of such requests, each to its own topic (a client rotating over topics)
-_CANONICAL_MIXED = re.compile(
-    rb"(?:" + _PUBLISH_HEAD + rb'\{"topic":"' + _PLAIN + rb'+","data":"' + _PLAIN + rb'*"\})+',
-    re.DOTALL,
-)
-#: each request of such a run: (id, body, topic, data), a body being a payload after "{"
+#: each request of a run of canonical publishes to any topics (a client rotating over
+#: topics): (id, body, topic, data), a body being the payload after "{"; 11 bytes of head
+#: and the "{" come before it
 _FIELDS = re.compile(
     rb"\x50(..)\x00\x00\x01\x04....\{"
     rb'("topic":"(' + _PLAIN + rb'+)","data":"(' + _PLAIN + rb'*)"\})',
@@ -206,9 +203,13 @@ def _mixed(connection: STMPServerSession, run: RequestRun, identity: str) -> boo
     every Ok goes in one write. False (nothing done) when a request is not canonical or the
     authorization hook refuses one of the topics (the general loop answers each then)."""
     block = run.block
-    if _CANONICAL_MIXED.fullmatch(block) is None or block.count(_TOPIC_OPEN) != run.count:
-        return False
     fields = _FIELDS.findall(block)
+    # the tiles found, as many as requests, cover the block without a gap: it is tiled
+    # (as _CANONICAL_RUN would check), for a single pass over it
+    if len(fields) != run.count or sum(map(len, map(_BODY, fields))) + 12 * run.count != len(
+        block
+    ):
+        return False
     names = _topic_names
     if len(names) > 1024:
         names.clear()
@@ -239,7 +240,7 @@ def _mixed(connection: STMPServerSession, run: RequestRun, identity: str) -> boo
 #: topics as read from canonical publishes (their bytes: the text, ASCII), so that a client
 #: rotating over topics has each decoded once; bounded by clearing it past 1,024 topics
 _topic_names: dict[bytes, str] = {}
-_ID, _TOPIC = itemgetter(0), itemgetter(2)
+_ID, _BODY, _TOPIC = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def _parse(payload: bytes, encoding: int) -> tuple[str, bytes] | None:
