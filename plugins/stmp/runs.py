@@ -283,35 +283,47 @@ def templated(
     framing: str, encoding: int, general: Callable[[Message], bytes | None]
 ) -> Callable[[Message], bytes | None]:
     """The delivery encoder ``general`` of ``framing`` and ``encoding``; for binary JSON, one
-    that fills an MCAST's delivery from a template when its data needs no escaping, and
-    leaves the rest to ``general`` (one function, called once per message fanned out: no
-    second call for the common case). The templates of the last (sender, topic) pairs are
-    kept."""
+    that fills an MCAST's delivery in when its data needs no escaping, and leaves the rest
+    to ``general`` (one function, called once per message fanned out: no second call for
+    the common case).
+
+    The delivery is ``{"from":S,"kind":"mcast","topic":T,"data":"`` + data + ``"}``: the
+    sender's part and the topic's part are kept apart (the last 1,024 of each), so that
+    many senders to many topics (100 x 100) do not outgrow a cache of their pairs."""
     if framing != "binary" or encoding != Encoding.JSON:
         return general
     head, pack, plain = _DELIVERY_HEAD[Encoding.JSON], _U32.pack, _PLAIN_DATA.fullmatch
     mcast = Kind.MCAST
-    templates: dict[tuple[str, str | None], tuple[bytes, int]] = {}
+    senders: dict[str, bytes] = {}
+    topics: dict[str, bytes] = {}
 
     def encode(message: Message) -> bytes | None:
         data = message.payload
-        if message.kind is not mcast or not plain(data):
+        if message.kind is not mcast or message.topic is None or not plain(data):
             return general(message)
-        key = (message.sender, message.topic)
-        known = templates.get(key)
-        if known is None:
-            if len(templates) >= 1024:
-                templates.clear()
+        sender = senders.get(message.sender)
+        topic = topics.get(message.topic)
+        if sender is None or topic is None:
             try:
-                fields = payloads.delivery_fields(key[0], "mcast", key[1], b"", Encoding.JSON)
-                template = payloads.encode_payload(fields, Encoding.JSON)
+                sender = _part(senders, message.sender, b'{"from":', b',"kind":"mcast","topic":')
+                topic = _part(topics, message.topic, b"", b',"data":"')
             except ValueError:  # a sender or topic JSON cannot carry: this one is skipped
                 return None
-            known = templates[key] = (template[: -len(b'"}')], len(template))
-        prefix, size = known
-        return b"".join((head, pack(size + len(data)), prefix, data, b'"}'))
+        size = len(sender) + len(topic) + len(data) + 2
+        return b"".join((head, pack(size), sender, topic, data, b'"}'))
 
     return encode
+
+
+def _part(parts: dict[str, bytes], text: str, before: bytes, after: bytes) -> bytes:
+    """``text`` as JSON between ``before`` and ``after``, kept in ``parts`` (at most 1,024);
+    ValueError when JSON cannot carry it as UTF-8 (a lone surrogate)."""
+    part = parts.get(text)
+    if part is None:
+        if len(parts) >= 1024:
+            parts.clear()
+        part = parts[text] = before + payloads.encode_payload(text, Encoding.JSON) + after
+    return part
 
 
 def _one_by_one(run: MessageRun, encode: Callable[[Message], bytes | None]) -> tuple[bytes, int]:
