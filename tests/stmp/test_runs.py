@@ -280,6 +280,7 @@ def world(observe, plugins=()):
 @example([("json", {"topic": "a", "data": f"m{i}"}) for i in range(3)])  # the whole-run path
 @example([("msgpack", {"topic": "a", "data": b"\xff"})] * 2)
 @example([("json", {"topic": t, "data": f"m{i}"}) for i, t in enumerate("abbab")])  # mixed
+@example([("json", {"topic": t, "data": f"m{i}"}) for i, t in enumerate("ababa")])  # rotating
 @pytest.mark.parametrize("observe", [False, True])
 def test_pipelined_publishes_give_what_one_at_a_time_gives(observe, items):
     stream = [encode_publish(i, item) for i, item in enumerate(items, 1)]
