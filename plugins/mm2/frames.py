@@ -39,6 +39,8 @@ DEFAULT_MAX_PAYLOAD = FRAGMENT_SIZE
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+#: a MESSAGE frame's flags, sequence number and destination length
+_FRAME_HEAD = struct.Struct(">BHB")
 
 # -- frames ---------------------------------------------------------------------------------
 
@@ -271,6 +273,32 @@ def _name(raw: bytes) -> str | None:
     return name
 
 
+#: how much of its buffer a batch reads at most (see FrameDecoder._batch)
+_WINDOW = 256 << 10
+
+
+def _two_simple_frames(buf: bytearray, size: int) -> bool:
+    """Whether ``buf`` starts with two frames a batch may take (flags, numbers and no
+    properties; their destinations and payloads are checked as the batch reads them), so
+    that the copy a batch makes is not made for one frame followed by another kind."""
+    at = 4 + buf[3]
+    if at + 3 > size or buf[at] or buf[at + 1]:
+        return False
+    if buf[0]:  # LARGE
+        if at + 6 > size:
+            return False
+        end = at + 6 + _U32.unpack_from(buf, at + 2)[0]
+    else:
+        end = at + 3 + buf[at + 2]
+    if end + 4 > size or buf[end] & ~LARGE:
+        return False
+    seq = _U16.unpack_from(buf, 1)[0]
+    if _U16.unpack_from(buf, end + 1)[0] != (1 if seq == 0xFFFF else seq + 1):
+        return False
+    at = end + 4 + buf[end + 3]
+    return at + 2 <= size and not buf[at] and not buf[at + 1]
+
+
 class FrameDecoder:
     """Incremental parser of a frame stream (everything after the handshake).
 
@@ -336,42 +364,51 @@ class FrameDecoder:
         size = len(buf)
         if size < 7 or buf[0] & ~LARGE:
             return None
-        names = _names
+        first_seq = seq = _U16.unpack_from(buf, 1)[0]
+        if first_seq == 0:
+            return None  # the general parser reports it
+        if not _two_simple_frames(buf, size):
+            return None  # the general parser: no copy for one frame
+        names, frame_head, u32 = _names, _FRAME_HEAD.unpack_from, _U32.unpack_from
         payloads: list[bytes] = []
         destinations: list[str] = []
-        pos, seq = 0, _U16.unpack_from(buf, 1)[0]
-        first_seq = seq
-        dest_len = -1  # the previous frame's destination (its length and bytes)
+        pos = 0
         raw, name = b"", ""
-        while pos + 4 <= size:
-            # a simple frame: flags 0 or LARGE, the expected seq, a destination we read the
-            # same way as the general parser, no properties, a payload the limit allows,
-            # all of it here
-            if buf[pos] & ~LARGE or _U16.unpack_from(buf, pos + 1)[0] != seq:
+        raw_len = -1  # no destination read yet
+        # Read from a bytes copy of the buffer: a slice of it is one object, where a slice
+        # of the bytearray must be copied again into bytes. At most _WINDOW bytes (more
+        # than a socket read) are copied; a batch longer than that ends there.
+        data = bytes(buf) if size <= _WINDOW else bytes(buf[:_WINDOW])
+        have = len(data)
+        while pos + 4 <= have:
+            # a simple frame: flags 0 or LARGE, the expected seq, a destination read as the
+            # general parser reads it, no properties, a payload the limit allows, all here
+            flags, number, dest_len = frame_head(data, pos)
+            if flags & ~LARGE or number != seq:
                 break
-            at = pos + 4 + buf[pos + 3]
-            if at + 3 > size or buf[at] or buf[at + 1]:
+            at = pos + 4 + dest_len
+            if at + 3 > have or data[at] or data[at + 1]:
                 break
-            if buf[pos + 3] != dest_len or buf[pos + 4 : at] != raw:
-                dest_len, raw = buf[pos + 3], bytes(buf[pos + 4 : at])
+            if dest_len != raw_len or not data.startswith(raw, pos + 4):
+                raw = data[pos + 4 : at]
                 known = names.get(raw) or _name(raw)
                 if known is None:
                     break  # the general parser reports it
-                name = known
-            if buf[pos] & LARGE:
-                if at + 6 > size:
+                raw_len, name = dest_len, known
+            if flags:  # LARGE
+                if at + 6 > have:
                     break
-                length, start = _U32.unpack_from(buf, at + 2)[0], at + 6
+                length, start = u32(data, at + 2)[0], at + 6
             else:
-                length, start = buf[at + 2], at + 3
+                length, start = data[at + 2], at + 3
             end = start + length
-            if length > limit or end > size:
+            if length > limit or end > have:
                 break
-            payloads.append(bytes(buf[start:end]))
+            payloads.append(data[start:end])
             destinations.append(name)
             pos = end
             seq = 1 if seq == 0xFFFF else seq + 1
-        if len(payloads) < 2 or first_seq == 0:
+        if len(payloads) < 2:
             return None
         del buf[:pos]
         self._need = 1
