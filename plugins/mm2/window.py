@@ -49,6 +49,11 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 #: a MESSAGE frame's flags and sequence number
 _PLAIN_HEAD = struct.Struct(">BH")
+#: the last frame a window-less connection was sent, and what follows its sequence number
+#: when it is one plain MESSAGE frame (else None); module-level on purpose: a pure function
+#: of the frame, which is the same object for every recipient of a message (the reference
+#: held keeps its identity from being reused)
+_last_plain: list[bytes | None] = [None, None]
 
 #: what holding a message for a full ack window costs beyond its frames (the bytes
 #: object, the tuple, the deque slot): counted so that a flood of tiny messages is bounded
@@ -134,15 +139,23 @@ class WindowOutput:
             if size is None and not frame[0]:
                 # The common delivery, once per recipient of every message: no window, one
                 # frame with flags 0 (no type marker, not a fragment, not LARGE). Numbered
-                # here rather than in _number_all: a call less per delivery.
-                at = 4 + frame[3]
-                at += 2 + (frame[at] << 8 | frame[at + 1])
-                if at + 1 + frame[at] == len(frame):
+                # here rather than in _number_all: a call less per delivery. The hub hands
+                # every recipient the same frame object: what follows its number is cut
+                # once, for the first of them (_last_plain).
+                last = _last_plain
+                if last[0] is frame:
+                    tail = last[1]
+                else:
+                    at = 4 + frame[3]
+                    at += 2 + (frame[at] << 8 | frame[at + 1])
+                    tail = frame[3:] if at + 1 + frame[at] == len(frame) else None
+                    last[0], last[1] = frame, tail
+                if tail is not None:
                     seq = self.seq_out
                     self.seq_out = seq = 1 if seq == 0xFFFF else seq + 1
                     if seq == 0xFFFF:
                         self.wrapped = True
-                    self.out.send(_PLAIN_HEAD.pack(0, seq) + frame[3:])
+                    self.out.send(_PLAIN_HEAD.pack(0, seq) + tail)
                     return
             data = self._number_all(frame, None if size is None else size - len(self.unacked))
             if data is not None:
