@@ -26,6 +26,15 @@ def encode_delivery(message: Message) -> bytes | None:
     Broadcasts and presence events have no Micromessage2 form (skipped); so has a topic
     that is not a Micromessage2 destination."""
     kind = message.kind
+    # The common delivery, once per message whoever fans it out: an MCAST without properties
+    # or type, up to 255 bytes, is its destination's head from a table and the payload
+    # (no frame object, no encoder pass, no second pass to zero the number).
+    if kind is Kind.MCAST and not message.properties and message.encoding is None:
+        payload = message.payload
+        if len(payload) <= 255:
+            heads = _heads.get(message.topic) or _heads_for(message.topic)  # type: ignore[arg-type]
+            if heads is not None:
+                return heads[len(payload)] + payload
     if kind is Kind.MCAST:
         destination = message.topic or ""
     elif kind is Kind.UCAST:
@@ -61,19 +70,26 @@ def _encode_run(run: MessageRun) -> tuple[bytes, int]:
     properties and payloads up to 255 bytes get their head from a table, by C iterators;
     anything else is encoded message by message."""
     payloads = run.payloads()
-    heads = _heads.get(run.topic)
-    if heads is None and run.kind is Kind.MCAST and is_valid_name(run.topic):
-        if len(_heads) >= 1024:
-            _heads.clear()
-        dest = run.topic.encode("ascii")
-        pre = b"\x00\x00\x00" + bytes((len(dest),)) + dest + b"\x00\x00"
-        heads = _heads[run.topic] = [pre + bytes((n,)) for n in range(256)]
+    heads = _heads.get(run.topic) or _heads_for(run.topic)
     if heads is None or run.kind is not Kind.MCAST or max(map(len, payloads)) > 255:
         frames = [m.encoded(encode_delivery) for m in run.messages()]
         carried = [f for f in frames if f is not None]
         return b"".join(carried), len(carried)
     parts = zip(map(heads.__getitem__, map(len, payloads)), payloads, strict=True)
     return b"".join(chain.from_iterable(parts)), run.count
+
+
+def _heads_for(topic: str | None) -> list[bytes] | None:
+    """The frame heads of ``topic`` (see ``_heads``), made and kept; None when it is not a
+    Micromessage2 destination."""
+    if topic is None or not is_valid_name(topic):
+        return None
+    if len(_heads) >= 1024:
+        _heads.clear()
+    dest = topic.encode("ascii")
+    pre = b"\x00\x00\x00" + bytes((len(dest),)) + dest + b"\x00\x00"
+    heads = _heads[topic] = [pre + bytes((n,)) for n in range(256)]
+    return heads
 
 
 encode_delivery.encode_run = _encode_run  # type: ignore[attr-defined]

@@ -39,6 +39,8 @@ DEFAULT_MAX_PAYLOAD = FRAGMENT_SIZE
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+#: a MESSAGE frame's flags, sequence number and destination length
+_FRAME_HEAD = struct.Struct(">BHB")
 
 # -- frames ---------------------------------------------------------------------------------
 
@@ -76,19 +78,23 @@ Frame = MessageFrame | ExtensionFrame | Command | ErrorFrame
 
 @frozen(slots=True)
 class MessageBatch:
-    """``len(payloads)`` (2 or more) consecutive MESSAGE frames to one destination, numbered
-    ``first_seq`` onwards without a gap, each whole in one frame and without properties:
-    what a client pipelining publishes sends. Only :meth:`FrameDecoder.feed_runs` makes
+    """``len(payloads)`` (2 or more) consecutive MESSAGE frames, numbered ``first_seq``
+    onwards without a gap, each whole in one frame and without properties: what a client
+    pipelining publishes sends. All to ``destination``, or, when ``destinations`` is set
+    (a *mixed* batch: a client rotating over topics), each to its own destination there
+    (``destination`` is then the first one's). Only :meth:`FrameDecoder.feed_runs` makes
     them; :meth:`frames` gives the MESSAGE frames they stand for."""
 
     first_seq: int
     destination: str
     payloads: list[bytes]
+    destinations: list[str] | None = None
 
     def frames(self) -> list[MessageFrame]:
         out, seq = [], self.first_seq
-        for payload in self.payloads:
-            out.append(MessageFrame(seq, self.destination, payload))
+        destinations = self.destinations or [self.destination] * len(self.payloads)
+        for destination, payload in zip(destinations, self.payloads, strict=True):
+            out.append(MessageFrame(seq, destination, payload))
             seq = 1 if seq == 0xFFFF else seq + 1
         return out
 
@@ -247,6 +253,52 @@ def _parse_message(
     return MessageFrame(seq, destination, payload, properties, bool(flags & CONTINUED)), end
 
 
+#: destinations (their bytes) already read and found valid, so a client rotating over
+#: topics has each read once; module-level on purpose: pure text, the same for every broker,
+#: bounded by clearing it past 1,024 names
+_names: dict[bytes, str] = {}
+
+
+def _name(raw: bytes) -> str | None:
+    """``raw`` as a destination when the general parser would read it as one (kept in
+    ``_names``); None when it would not (the general parser reports why)."""
+    if not raw.isascii():
+        return None
+    name = raw.decode("ascii")
+    if not is_valid_name(name):
+        return None
+    if len(_names) >= 1024:
+        _names.clear()
+    _names[raw] = name
+    return name
+
+
+#: how much of its buffer a batch reads at most (see FrameDecoder._batch)
+_WINDOW = 256 << 10
+
+
+def _two_simple_frames(buf: bytearray, size: int) -> bool:
+    """Whether ``buf`` starts with two frames a batch may take (flags, numbers and no
+    properties; their destinations and payloads are checked as the batch reads them), so
+    that the copy a batch makes is not made for one frame followed by another kind."""
+    at = 4 + buf[3]
+    if at + 3 > size or buf[at] or buf[at + 1]:
+        return False
+    if buf[0]:  # LARGE
+        if at + 6 > size:
+            return False
+        end = at + 6 + _U32.unpack_from(buf, at + 2)[0]
+    else:
+        end = at + 3 + buf[at + 2]
+    if end + 4 > size or buf[end] & ~LARGE:
+        return False
+    seq = _U16.unpack_from(buf, 1)[0]
+    if _U16.unpack_from(buf, end + 1)[0] != (1 if seq == 0xFFFF else seq + 1):
+        return False
+    at = end + 4 + buf[end + 3]
+    return at + 2 <= size and not buf[at] and not buf[at + 1]
+
+
 class FrameDecoder:
     """Incremental parser of a frame stream (everything after the handshake).
 
@@ -312,45 +364,58 @@ class FrameDecoder:
         size = len(buf)
         if size < 7 or buf[0] & ~LARGE:
             return None
-        dest_len = buf[3]
-        dest = bytes(buf[4 : 4 + dest_len])
-        after_dest = 4 + dest_len
+        first_seq = seq = _U16.unpack_from(buf, 1)[0]
+        if first_seq == 0:
+            return None  # the general parser reports it
+        if not _two_simple_frames(buf, size):
+            return None  # the general parser: no copy for one frame
+        names, frame_head, u32 = _names, _FRAME_HEAD.unpack_from, _U32.unpack_from
         payloads: list[bytes] = []
-        pos, seq = 0, _U16.unpack_from(buf, 1)[0]
-        first_seq = seq
-        while True:
-            at = pos + after_dest
-            # a simple frame: flags 0 or LARGE, the expected seq, the same destination,
-            # no properties, a payload the limit allows, all of it here
-            if (
-                at + 3 > size
-                or buf[pos] & ~LARGE
-                or _U16.unpack_from(buf, pos + 1)[0] != seq
-                or buf[pos + 3] != dest_len
-                or buf[pos + 4 : at] != dest
-                or buf[at] or buf[at + 1]
-            ):  # fmt: skip
+        destinations: list[str] = []
+        pos = 0
+        raw, name = b"", ""
+        raw_len = -1  # no destination read yet
+        # Read from a bytes copy of the buffer: a slice of it is one object, where a slice
+        # of the bytearray must be copied again into bytes. At most _WINDOW bytes (more
+        # than a socket read) are copied; a batch longer than that ends there.
+        data = bytes(buf) if size <= _WINDOW else bytes(buf[:_WINDOW])
+        have = len(data)
+        while pos + 4 <= have:
+            # a simple frame: flags 0 or LARGE, the expected seq, a destination read as the
+            # general parser reads it, no properties, a payload the limit allows, all here
+            flags, number, dest_len = frame_head(data, pos)
+            if flags & ~LARGE or number != seq:
                 break
-            if buf[pos] & LARGE:
-                if at + 6 > size:
+            at = pos + 4 + dest_len
+            if at + 3 > have or data[at] or data[at + 1]:
+                break
+            if dest_len != raw_len or not data.startswith(raw, pos + 4):
+                raw = data[pos + 4 : at]
+                known = names.get(raw) or _name(raw)
+                if known is None:
+                    break  # the general parser reports it
+                raw_len, name = dest_len, known
+            if flags:  # LARGE
+                if at + 6 > have:
                     break
-                length, start = _U32.unpack_from(buf, at + 2)[0], at + 6
+                length, start = u32(data, at + 2)[0], at + 6
             else:
-                length, start = buf[at + 2], at + 3
+                length, start = data[at + 2], at + 3
             end = start + length
-            if length > limit or end > size:
+            if length > limit or end > have:
                 break
-            payloads.append(bytes(buf[start:end]))
+            payloads.append(data[start:end])
+            destinations.append(name)
             pos = end
             seq = 1 if seq == 0xFFFF else seq + 1
-        if len(payloads) < 2 or first_seq == 0:
+        if len(payloads) < 2:
             return None
-        destination = dest.decode("ascii", "replace")
-        if not is_valid_name(destination) or not dest.isascii():
-            return None  # the general parser reports it
         del buf[:pos]
         self._need = 1
-        return MessageBatch(first_seq, destination, payloads)
+        first = destinations[0]
+        if destinations.count(first) == len(destinations):
+            return MessageBatch(first_seq, first, payloads)
+        return MessageBatch(first_seq, first, payloads, destinations)
 
     @property
     def buffered(self) -> bytes:

@@ -20,6 +20,7 @@ peer with TCP keepalive (:mod:`msgbroker.tcpkeepalive`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
@@ -281,24 +282,19 @@ class MM2ServerSession(ServerSession):
         self._route(whole)
 
     def _batch(self, batch: codec.MessageBatch) -> None:
-        """Pipelined MESSAGEs to one destination: routed as one run when nothing needs to
-        see them one by one (an extension reading messages, a dotnet type, a fragmented
-        message in progress, an authorization hook that asks per request or refuses the
-        destination, a unicast); else frame by frame."""
-        destination = batch.destination
-        broker = self.broker
+        """Pipelined MESSAGEs: routed as one run (one destination) or message by message
+        without frame objects (a mixed batch) when nothing needs to see them one by one
+        (an extension reading messages, a dotnet type, a fragmented message in progress,
+        an authorization hook that asks per request or refuses a destination, a unicast);
+        else frame by frame."""
+        destinations = batch.destinations
+        named = (batch.destination,) if destinations is None else set(destinations)
         if (
             self._incoming
             or self.encoding_hint is not None
             or self._reassembler.in_progress
-            or destination.startswith("@")
-            or (
-                broker.authorizes
-                and not (
-                    broker.authorizes_per_topic
-                    and broker.authorize(self.peer, "publish", destination)
-                )
-            )
+            or any(name.startswith("@") for name in named)
+            or (self.broker.authorizes and not self._may_publish_to(named))
         ):
             for frame in batch.frames():
                 self._message(frame)
@@ -313,8 +309,25 @@ class MM2ServerSession(ServerSession):
         self.seq_in = last
         session = self.peer
         identity: str = session.identity  # type: ignore[assignment]  # logged in
-        run = MessageRun(Kind.MCAST, identity, "mm2", destination, len(payloads), lambda: payloads)
-        self.hub.multicast_run(session, run)
+        if destinations is None:
+            run = MessageRun(
+                Kind.MCAST, identity, "mm2", batch.destination, len(payloads), lambda: payloads
+            )
+            self.hub.multicast_run(session, run)
+            return
+        # a client rotating over topics: what the general path does per frame, less the
+        # frame objects and the checks made for the whole batch above
+        multicast, mcast = self.hub.multicast, Kind.MCAST
+        for destination, payload in zip(destinations, payloads, strict=True):
+            multicast(session, Message(mcast, identity, "mm2", destination, payload))
+
+    def _may_publish_to(self, destinations: Iterable[str]) -> bool:
+        """Whether an authorization hook that decides per topic allows all ``destinations``
+        (asked once each); False also when the hook asks per request."""
+        broker = self.broker
+        return broker.authorizes_per_topic and all(
+            broker.authorize(self.peer, "publish", name) for name in destinations
+        )
 
     def _route(self, frame: codec.MessageFrame) -> None:
         session = self.peer

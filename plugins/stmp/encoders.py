@@ -52,14 +52,9 @@ def delivery_encoder(framing: Framing, encoding: int) -> Callable[[Message], byt
     encoder = _encoders.get(key)
     if encoder is None:
         serialize = serializer(framing)
-        template = runs.mcast_template(framing, encoding)
 
-        def encode(message: Message) -> bytes | None:
+        def general(message: Message) -> bytes | None:
             try:
-                if template is not None and message.kind is Kind.MCAST:
-                    frame = template(message)
-                    if frame is not None:
-                        return frame
                 payload = encode_payload(_delivery(message, encoding), encoding)
             except ValueError:
                 # a topic or sender JSON/msgpack cannot carry as text (an sbus key that is
@@ -67,6 +62,7 @@ def delivery_encoder(framing: Framing, encoding: int) -> Callable[[Message], byt
                 return None
             return serialize(Notify(payloads.DELIVERY, encoding, payload), None)
 
+        encode = runs.templated(framing, encoding, general)
         encode.__qualname__ = f"stmp_{framing}_{Encoding(encoding).name.lower()}_delivery"
         encode_run = runs.run_encoder(framing, encoding, encode)
         if encode_run is not None:

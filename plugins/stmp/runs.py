@@ -18,8 +18,8 @@ import re
 import struct
 from collections.abc import Callable
 from functools import partial
-from itertools import chain, repeat
-from operator import add
+from itertools import chain, groupby, islice, repeat
+from operator import add, eq, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import msgpack  # type: ignore[import-untyped]
@@ -50,6 +50,14 @@ _PUBLISH_HEAD = rb"\x50..\x00\x00\x01\x04...."
 _CANONICAL_RUN = re.compile(
     _PUBLISH_HEAD + rb'\{"topic":"(' + _PLAIN + rb'+)","data":"' + _PLAIN + rb'*"\}'
     rb"(?:" + _PUBLISH_HEAD + rb'\{"topic":"\1","data":"' + _PLAIN + rb'*"\})*',
+    re.DOTALL,
+)
+#: each request of a run of canonical publishes to any topics (a client rotating over
+#: topics): (id, body, topic, data), a body being the payload after "{"; 11 bytes of head
+#: and the "{" come before it
+_FIELDS = re.compile(
+    rb"\x50(..)\x00\x00\x01\x04....\{"
+    rb'("topic":"(' + _PLAIN + rb'+)","data":"(' + _PLAIN + rb'*)"\})',
     re.DOTALL,
 )
 _TOPIC_OPEN = b'{"topic":"'
@@ -154,7 +162,9 @@ def publish_run(connection: STMPServerSession, run: RequestRun) -> None:
 
 def _whole(connection: STMPServerSession, run: RequestRun, identity: str) -> bool:
     """Route ``run`` in a few C calls when every request is a canonical JSON publish to one
-    topic (the common case: a client pipelining publishes); False (nothing done) otherwise.
+    topic (the common case: a client pipelining publishes), or with no more than a
+    :class:`Message` per request when they go to several topics (:func:`_mixed`); False
+    (nothing done) when not every request is canonical.
 
     Why the checks suffice: the regex tiles the block into request heads and canonical
     payloads. A payload cannot contain a head (a head holds NUL bytes; the payload text
@@ -163,7 +173,9 @@ def _whole(connection: STMPServerSession, run: RequestRun, identity: str) -> boo
     """
     block = run.block
     match = _CANONICAL_RUN.fullmatch(block)
-    if match is None or block.count(_TOPIC_OPEN) != run.count:
+    if match is None:
+        return _mixed(connection, run, identity)
+    if block.count(_TOPIC_OPEN) != run.count:
         return False
     topic = match.group(1).decode("ascii")
     broker = connection.broker
@@ -182,6 +194,61 @@ def _whole(connection: STMPServerSession, run: RequestRun, identity: str) -> boo
     connection.broker.hub.multicast_run(connection.peer, routed)
     connection.reply(_OK_HEAD + _OK_JOIN.join(cut[1::2]) + _OK_TAIL)
     return True
+
+
+def _mixed(connection: STMPServerSession, run: RequestRun, identity: str) -> bool:
+    """:func:`_whole` for canonical publishes to several topics: one regex pass reads every
+    request's id, topic and data; each stretch to one topic is routed as a
+    :class:`MessageRun` (a lone request as a :class:`Message`, cheaper for the hub), and
+    every Ok goes in one write. False (nothing done) when a request is not canonical or the
+    authorization hook refuses one of the topics (the general loop answers each then)."""
+    block = run.block
+    fields = _FIELDS.findall(block)
+    # the tiles found, as many as requests, cover the block without a gap: it is tiled
+    # (as _CANONICAL_RUN would check), for a single pass over it
+    if len(fields) != run.count or sum(map(len, map(_BODY, fields))) + 12 * run.count != len(
+        block
+    ):
+        return False
+    names = _topic_names
+    if len(names) > 1024:
+        names.clear()
+    raws = list(map(_TOPIC, fields))
+    topics = set(raws)
+    for raw in topics:
+        if raw not in names:
+            names[raw] = raw.decode("ascii")
+    broker, session = connection.broker, connection.peer
+    if broker.authorizes and not all(
+        broker.authorize(session, "publish", names[raw]) for raw in topics
+    ):
+        return False
+    hub = broker.hub
+    multicast, mcast = hub.multicast, Kind.MCAST
+    if not any(map(eq, raws, islice(raws, 1, None))):
+        # no two consecutive requests to one topic (a client rotating over topics): one
+        # Message each, without grouping
+        for _id, _body, raw, data in fields:
+            multicast(session, Message(mcast, identity, "stmp", names[raw], data))
+        connection.reply(_OK_HEAD + _OK_JOIN.join(map(_ID, fields)) + _OK_TAIL)
+        return True
+    for raw, group in groupby(fields, _TOPIC):
+        stretch = list(group)
+        if len(stretch) == 1:
+            multicast(session, Message(mcast, identity, "stmp", names[raw], stretch[0][3]))
+            continue
+        datas = [field[3] for field in stretch]
+        bodies = CanonicalPublishes([field[1] for field in stretch])
+        routed = MessageRun(mcast, identity, "stmp", names[raw], len(datas), datas.copy, bodies)
+        hub.multicast_run(session, routed)
+    connection.reply(_OK_HEAD + _OK_JOIN.join(map(_ID, fields)) + _OK_TAIL)
+    return True
+
+
+#: topics as read from canonical publishes (their bytes: the text, ASCII), so that a client
+#: rotating over topics has each decoded once; bounded by clearing it past 1,024 topics
+_topic_names: dict[bytes, str] = {}
+_ID, _BODY, _TOPIC = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def _parse(payload: bytes, encoding: int) -> tuple[str, bytes] | None:
@@ -220,31 +287,51 @@ def run_encoder(
     return encode_run
 
 
-def mcast_template(framing: str, encoding: int) -> Callable[[Message], bytes | None] | None:
-    """For the binary JSON delivery encoder: one MCAST's delivery from a template, when its
-    data needs no escaping (else None: the caller encodes it the general way). The
-    templates of the last (sender, topic) pairs are kept."""
+def templated(
+    framing: str, encoding: int, general: Callable[[Message], bytes | None]
+) -> Callable[[Message], bytes | None]:
+    """The delivery encoder ``general`` of ``framing`` and ``encoding``; for binary JSON, one
+    that fills an MCAST's delivery in when its data needs no escaping, and leaves the rest
+    to ``general`` (one function, called once per message fanned out: no second call for
+    the common case).
+
+    The delivery is ``{"from":S,"kind":"mcast","topic":T,"data":"`` + data + ``"}``: the
+    sender's part and the topic's part are kept apart (the last 1,024 of each), so that
+    many senders to many topics (100 x 100) do not outgrow a cache of their pairs."""
     if framing != "binary" or encoding != Encoding.JSON:
-        return None
+        return general
     head, pack, plain = _DELIVERY_HEAD[Encoding.JSON], _U32.pack, _PLAIN_DATA.fullmatch
-    templates: dict[tuple[str, str | None], tuple[bytes, int]] = {}
+    mcast = Kind.MCAST
+    senders: dict[str, bytes] = {}
+    topics: dict[str, bytes] = {}
 
-    def fill(message: Message) -> bytes | None:
+    def encode(message: Message) -> bytes | None:
         data = message.payload
-        if not plain(data):
-            return None
-        key = (message.sender, message.topic)
-        known = templates.get(key)
-        if known is None:
-            if len(templates) >= 1024:
-                templates.clear()
-            fields = payloads.delivery_fields(key[0], "mcast", key[1], b"", Encoding.JSON)
-            template = payloads.encode_payload(fields, Encoding.JSON)
-            known = templates[key] = (template[: -len(b'"}')], len(template))
-        prefix, size = known
-        return b"".join((head, pack(size + len(data)), prefix, data, b'"}'))
+        if message.kind is not mcast or message.topic is None or not plain(data):
+            return general(message)
+        sender = senders.get(message.sender)
+        topic = topics.get(message.topic)
+        if sender is None or topic is None:
+            try:
+                sender = _part(senders, message.sender, b'{"from":', b',"kind":"mcast","topic":')
+                topic = _part(topics, message.topic, b"", b',"data":"')
+            except ValueError:  # a sender or topic JSON cannot carry: this one is skipped
+                return None
+        size = len(sender) + len(topic) + len(data) + 2
+        return b"".join((head, pack(size), sender, topic, data, b'"}'))
 
-    return fill
+    return encode
+
+
+def _part(parts: dict[str, bytes], text: str, before: bytes, after: bytes) -> bytes:
+    """``text`` as JSON between ``before`` and ``after``, kept in ``parts`` (at most 1,024);
+    ValueError when JSON cannot carry it as UTF-8 (a lone surrogate)."""
+    part = parts.get(text)
+    if part is None:
+        if len(parts) >= 1024:
+            parts.clear()
+        part = parts[text] = before + payloads.encode_payload(text, Encoding.JSON) + after
+    return part
 
 
 def _one_by_one(run: MessageRun, encode: Callable[[Message], bytes | None]) -> tuple[bytes, int]:

@@ -227,3 +227,26 @@ def test_a_batch_a_per_topic_hook_refuses_is_refused_at_its_first_message():
     assert error == codec.ErrorFrame("not allowed to publish to 'b'")
     assert publisher.closed
     assert broker.hub.stats.routed == 0
+
+
+def test_simple_messages_to_several_destinations_are_one_mixed_batch():
+    frames = [MessageFrame(i, f"t{i % 3}", b"%d" % i) for i in range(1, 6)]
+    stream = b"".join(codec.encode_frame(f) for f in frames)
+    (batch,) = codec.FrameDecoder().feed_runs(stream)
+    assert batch == MessageBatch(1, "t1", [b"1", b"2", b"3", b"4", b"5"],
+                                 ["t1", "t2", "t0", "t1", "t2"])  # fmt: skip
+    assert batch.frames() == frames
+
+
+def test_a_mixed_batch_reaches_each_destination_in_order():
+    broker, publisher, _, subscribers, _ = world()
+    stream = b"".join(
+        codec.encode_frame(MessageFrame(i, "ab"[i % 2], b"x%d" % i)) for i in range(1, 7)
+    )
+    publisher.send(stream)
+    got = list(codec.FrameDecoder().feed(subscribers[0].received()))  # on "a" only
+    assert got == [MessageFrame(i, "a", b"x%d" % j) for i, j in enumerate((2, 4, 6), 1)]
+    assert subscribers[3].received() == b"".join(  # SSMP, on both
+        b"000 pub MCAST %s x%d\n" % (b"ab"[i % 2 : i % 2 + 1], i) for i in range(1, 7)
+    )
+    assert broker.hub.stats.routed == 6

@@ -94,6 +94,30 @@ def test_without_a_window_a_write_of_several_messages_is_numbered_in_one_pass():
     assert not w.output.unacked  # nothing to wait for without acks
 
 
+@pytest.mark.parametrize("size", [None, 10])
+def test_deliveries_one_at_a_time_are_numbered_and_go_round(size):
+    """One message per send (what a message to mixed topics gives): small, LARGE, with
+    properties, each numbered whole, with or without a window."""
+    w = Window(size=size)
+    w.output.seq_out = 65534
+    sent = [
+        MessageFrame(0, "t", b"a"),
+        MessageFrame(0, "t", b"x" * 300),
+        MessageFrame(0, "u", b"c", {"n": 1}),
+    ]
+    for frame in sent:
+        properties = dict(frame.properties) or None
+        message = Message(Kind.MCAST, "p", "mm2", frame.destination, frame.payload, properties)
+        w.session.send(encode_delivery(message))
+    got = w.out.frames()
+    assert [f.seq for f in got] == [65535, 1, 2]
+    assert [(f.destination, f.payload, f.properties) for f in got] == [
+        (f.destination, f.payload, f.properties) for f in sent
+    ]
+    assert w.output.wrapped
+    assert len(w.output.unacked) == (0 if size is None else 3)
+
+
 def test_numbers_go_round_from_65535_to_1():
     w = Window(size=10)
     w.output.seq_out = 65534

@@ -279,6 +279,8 @@ def world(observe, plugins=()):
 @given(st.lists(PUBLISH_PAYLOADS, min_size=2, max_size=10))
 @example([("json", {"topic": "a", "data": f"m{i}"}) for i in range(3)])  # the whole-run path
 @example([("msgpack", {"topic": "a", "data": b"\xff"})] * 2)
+@example([("json", {"topic": t, "data": f"m{i}"}) for i, t in enumerate("abbab")])  # mixed
+@example([("json", {"topic": t, "data": f"m{i}"}) for i, t in enumerate("ababa")])  # rotating
 @pytest.mark.parametrize("observe", [False, True])
 def test_pipelined_publishes_give_what_one_at_a_time_gives(observe, items):
     stream = [encode_publish(i, item) for i, item in enumerate(items, 1)]
@@ -396,3 +398,16 @@ def test_the_binary_json_delivery_encoder_writes_the_general_form(sender, topic,
         Notify(payloads.DELIVERY, JSON, payloads.encode_payload(fields, JSON))
     )
     assert encode(Message(Kind.MCAST, sender, "x", topic, data)) == general
+
+
+def test_the_delivery_encoder_keeps_up_with_more_senders_and_topics_than_it_keeps():
+    """Its sender and topic parts are each kept for the last 1,024: 1,100 of each (100 x 100
+    scenario and more) still encode as the general form, across the clearing."""
+    encode = delivery_encoder("binary", JSON)
+    for i in range(1100):
+        sender, topic = f"s{i}", f"t{(i * 7) % 1100}"
+        fields = payloads.delivery_fields(sender, "mcast", topic, b"x", JSON)
+        general = codec.encode_binary(
+            Notify(payloads.DELIVERY, JSON, payloads.encode_payload(fields, JSON))
+        )
+        assert encode(Message(Kind.MCAST, sender, "x", topic, b"x")) == general
