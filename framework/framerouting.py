@@ -41,7 +41,12 @@ def multicast_frame(
     built only when something needs more than ``frame`` (see the module docstring).
     Returns the number of deliveries."""
     topic = hub.topics.get(topic_name)
-    if topic is not None and hub.observer is None and hub.cluster is None and not hub.patterns:
+    if (
+        topic is not None
+        and hub.observer is None
+        and hub.cluster is None
+        and not hub.patterns.count
+    ):
         members = plain_members(topic, encoder)
         if members is not None:
             hub.source = sender
@@ -70,7 +75,7 @@ def multicast_frames(
     on ``topics[i]``, encoded as ``frames[i]``. ``payloads()`` gives their payloads; it is
     called once, and only when some message needs a Message. Returns the number of
     deliveries."""
-    if hub.observer is not None or hub.cluster is not None or hub.patterns:
+    if hub.observer is not None or hub.cluster is not None or hub.patterns.count:
         every = payloads()
         return sum(
             hub.multicast(sender, _message(sender, topic, every[i], encoder, frames[i]))

@@ -243,7 +243,7 @@ class Hub:
         topic = self.topics.get(message.topic)  # type: ignore[arg-type]
         if topic is not None:
             topic.published += 1
-        if self.patterns:
+        if self.patterns.count:  # an attribute, not __bool__: this runs per message
             matched = self.pattern_recipients(message.topic)  # type: ignore[arg-type]
             if matched:
                 return self._route_with_patterns(message, topic, matched, exclude)

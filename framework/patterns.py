@@ -94,7 +94,9 @@ class PatternIndex(Generic[P]):
     """Subscribers (``P``: anything hashable, a session) and their topic patterns."""
 
     _by_peer: dict[P, list[str]] = field(factory=dict, init=False)
-    _count: int = field(default=0, init=False)
+    #: stored subscriptions (see ``__len__``): a plain attribute, so that the hub's test
+    #: for "any pattern at all?" on every message costs no call
+    count: int = field(default=0, init=False)
     #: empty patterns: every topic but a secret one
     _everything: dict[P, int] = field(factory=dict, init=False)
     _plain: _Node[P] = field(factory=_Node, init=False)
@@ -103,10 +105,10 @@ class PatternIndex(Generic[P]):
 
     def __len__(self) -> int:
         """Stored subscriptions, copies and never-matching patterns included."""
-        return self._count
+        return self.count
 
     def __bool__(self) -> bool:
-        return self._count > 0
+        return self.count > 0
 
     def count_of(self, peer: P) -> int:
         """How many patterns ``peer`` holds (a pattern held twice counts twice)."""
@@ -120,7 +122,7 @@ class PatternIndex(Generic[P]):
     def add(self, peer: P, pattern: str) -> None:
         """Subscribe ``peer`` to ``pattern`` once more (twice is stored twice)."""
         self._by_peer.setdefault(peer, []).append(pattern)
-        self._count += 1
+        self.count += 1
         self._file(peer, pattern, +1)
 
     def remove(self, peer: P, pattern: str) -> bool:
@@ -131,7 +133,7 @@ class PatternIndex(Generic[P]):
         patterns.remove(pattern)
         if not patterns:
             del self._by_peer[peer]
-        self._count -= 1
+        self.count -= 1
         self._file(peer, pattern, -1)
         return True
 
@@ -139,7 +141,7 @@ class PatternIndex(Generic[P]):
         """Forget every pattern of ``peer`` (it closed); False when it had none."""
         patterns = self._by_peer.pop(peer, [])
         for pattern in patterns:
-            self._count -= 1
+            self.count -= 1
             self._file(peer, pattern, -1)
         return bool(patterns)
 
