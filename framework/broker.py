@@ -35,6 +35,7 @@ from .reloading import keep_restart_only
 from .reloading import prepare as prepare_reload
 from .session import Link, Session
 from .stats import BrokerCounters, Traffic
+from .timers import TimerQueue
 from .tls import ServerTLS
 
 if TYPE_CHECKING:
@@ -83,6 +84,10 @@ class Broker:
         #: deliveries are written once per recipient per batch; protocols flush it at the
         #: end of each received chunk
         self.batcher = Batcher(reactor)
+        #: every connection's timers (login timeout, keepalive...): one reactor call for the
+        #: earliest, and the batch flushed after the due ones ran
+        self.session_timers = TimerQueue(reactor.seconds)
+        self.session_timers.run_on(reactor, after_tick=self.batcher.flush)
         #: open sessions in the order they connected (a dict used as an ordered set)
         self.sessions: dict[Session, None] = {}
         #: logins, closes by reason, traffic per protocol (:mod:`msgbroker.stats`)
