@@ -10,9 +10,9 @@ broker's :class:`~msgbroker.session.Session` with the output the server session 
 feeds it input and flushes the batch after each input, gives it its timers
 (:class:`Timers`: the session asks for deadlines; they wait on the broker's one queue),
 carries out closes and tells the broker when the connection is gone. What differs per
-transport is a small :class:`TransportLink` — how to close, pause and resume reading, which certificate the
-peer showed: :class:`StreamProtocol` for TCP and TLS here; STMP's WebSocket and sbus's
-seqpacket sockets provide their own.
+transport is a small :class:`TransportLink` — how to close, pause and resume reading, which
+certificate the peer showed: :class:`StreamProtocol` for TCP and TLS here; STMP's WebSocket
+and sbus's seqpacket sockets provide their own.
 """
 
 from __future__ import annotations
