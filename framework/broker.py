@@ -88,6 +88,8 @@ class Broker:
         #: earliest, and the batch flushed after the due ones ran
         self.session_timers = TimerQueue(reactor.seconds)
         self.session_timers.run_on(reactor, after_tick=self.batcher.flush)
+        #: bound once, for every session (a bound method is 64 bytes per connection)
+        self._slow_consumer_dropped = self.slow_consumer_dropped
         #: open sessions in the order they connected (a dict used as an ordered set)
         self.sessions: dict[Session, None] = {}
         #: logins, closes by reason, traffic per protocol (:mod:`msgbroker.stats`)
@@ -271,7 +273,7 @@ class Broker:
             link=link,
             host=host,
             tls_names=tls_names,
-            on_dropped=self.slow_consumer_dropped,
+            on_dropped=self._slow_consumer_dropped,
             id=next(self._session_ids),
             opened_at=self.reactor.seconds(),
         )

@@ -252,8 +252,8 @@ class Connection:
         self.server.lost()
         session = self.session
         self.broker.session_closed(session, CloseReason.PEER)
-        callbacks, session.on_lost = session.on_lost, []
-        for callback in callbacks:
+        callbacks, session.on_lost = session.on_lost, None
+        for callback in callbacks or ():
             callback()
 
     # -- the session's link -------------------------------------------------------------------

@@ -333,7 +333,7 @@ def _connection_lost(session: Any, open_sessions: dict[Any, None]) -> defer.Defe
         open_sessions.pop(session, None)
         d.callback(None)
 
-    session.on_lost.append(lost)
+    session.when_lost(lost)
     return d
 
 
