@@ -199,8 +199,9 @@ def start_server(kind: str, args, server_cpus, stamp: str, tag: str) -> procs.Se
     if kind in ("ssmp", "stmp", "ssmp->stmp", "mm2", journal.KIND, acl.KIND):
         extra = list(args.broker_arg)
         if tag.startswith("idle-"):
-            # the harness answers no ping: no keepalive within the run (MQTT's is off too)
-            extra += ["--keepalive", "600"]
+            # the harness answers no ping: no keepalive within the run (MQTT's is off too);
+            # and the connections wait for their login until every one was accepted
+            extra += ["--keepalive", "600", "--login-timeout", "600"]
         if args.max_backlog:
             extra += ["--max-backlog", args.max_backlog]
         if args.slow_consumer:
