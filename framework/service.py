@@ -335,7 +335,7 @@ def _connection_lost(session: Any, open_sessions: dict[Any, None]) -> defer.Defe
         open_sessions.pop(session, None)
         d.callback(None)
 
-    session.when_lost(lost)
+    session.on_lost.append(lost)
     return d
 
 

@@ -39,7 +39,7 @@ class LeanServerTests(unittest.TestCase):
         self.assertEqual(transport.fileno(), transport.socket.fileno())
         self.assertIn(transport, reactor.getReaders())
         lost = defer.Deferred()
-        session.when_lost(lambda: lost.callback(None))
+        session.on_lost.append(lambda: lost.callback(None))
         sock.close()
         yield lost
         self.assertEqual(transport.fileno(), -1)  # as Twisted's own, once closed
