@@ -50,6 +50,11 @@ class ServerSession:
     as keyword arguments of the constructor (:class:`Connection`'s ``options``).
     """
 
+    # what every session has, in slots: a protocol's own attributes stay in its instance
+    # dict (the few it has fit Python's shared-key dicts, about 30 names at most: past
+    # that, each session's dict is a full one of over a kilobyte)
+    __slots__ = ("_login_timer", "broker", "hub", "keepalive", "link", "peer", "reply", "timers")
+
     name: ClassVar[str]
     #: whether the peer must log in within ``--login-timeout``
     login_required: ClassVar[bool] = True
@@ -252,8 +257,8 @@ class Connection:
         self.server.lost()
         session = self.session
         self.broker.session_closed(session, CloseReason.PEER)
-        callbacks, session.on_lost = session.on_lost, None
-        for callback in callbacks or ():
+        callbacks, session.on_lost = session.on_lost, []
+        for callback in callbacks:
             callback()
 
     # -- the session's link -------------------------------------------------------------------
