@@ -131,7 +131,7 @@ class TimerQueue:
                 self._cancelled -= 1
                 continue
             timer.timers = None
-            timers.pending.remove(timer)
+            timers.forget(timer)
             timer.fire()
         deadline = self.deadline
         self.woken_for = deadline
@@ -185,7 +185,7 @@ class Timers:
     that :meth:`tick` runs — a test's, after advancing its fake clock. ``seconds()`` is the
     time now."""
 
-    __slots__ = ("pending", "queue", "seconds")
+    __slots__ = ("_pending", "queue", "seconds")
 
     def __init__(self, seconds: Callable[[], float], queue: TimerQueue | None = None) -> None:
         if queue is None:
@@ -193,8 +193,17 @@ class Timers:
         self.queue = queue
         # the queue's clock (one object for every session), not another bound method each
         self.seconds = queue.seconds
-        #: this session's pending timers (so that closing cancels them all)
-        self.pending: list[Timer] = []
+        # this session's pending timers (so that closing cancels them all): None, the one
+        # timer (an idle connection has its keepalive alone: no list), or a list of them
+        self._pending: Timer | list[Timer] | None = None
+
+    @property
+    def pending(self) -> list[Timer]:
+        """This session's pending timers."""
+        pending = self._pending
+        if pending is None:
+            return []
+        return list(pending) if isinstance(pending, list) else [pending]
 
     def call_later(self, delay: float, call: Callable[[], None]) -> Timer:
         timer = Timer(self.seconds() + delay, call)
@@ -204,12 +213,28 @@ class Timers:
     def add(self, timer: Timer) -> None:
         """Put ``timer`` (not pending) on this session's queue, for ``timer.at``."""
         timer.timers = self
-        self.pending.append(timer)
+        pending = self._pending
+        if pending is None:
+            self._pending = timer
+        elif isinstance(pending, list):
+            pending.append(timer)
+        else:
+            self._pending = [pending, timer]
         self.queue.push(timer)
+
+    def forget(self, timer: Timer) -> None:
+        """``timer`` is no longer pending (it runs now, or was cancelled)."""
+        pending = self._pending
+        if pending is timer:
+            self._pending = None
+        elif isinstance(pending, list):
+            pending.remove(timer)
+            if len(pending) == 1:
+                self._pending = pending[0]
 
     def cancel(self, timer: Timer) -> None:
         if timer.timers is self:
-            self.pending.remove(timer)
+            self.forget(timer)
             self.queue.discard(timer)
 
     @property
@@ -223,7 +248,8 @@ class Timers:
         self.queue.tick()
 
     def cancel_all(self) -> None:
-        pending, self.pending = self.pending, []
+        pending = self.pending
+        self._pending = None
         discard = self.queue.discard
         for timer in pending:
             discard(timer)

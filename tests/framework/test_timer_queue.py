@@ -155,3 +155,22 @@ def test_keepalive_counts_a_held_peer_as_active() -> None:
     owner.clock.advance(100)
     timers.tick()
     assert owner.expired == [] and timers.deadline is None
+
+
+def test_a_session_with_one_timer_then_several_then_one_again() -> None:
+    clock = Clock()
+    timers = Timers(clock.seconds)
+    ran: list[str] = []
+    first = timers.call_later(3, lambda: ran.append("first"))
+    assert timers.pending == [first] and timers.deadline == 3
+    second = timers.call_later(1, lambda: ran.append("second"))
+    third = timers.call_later(2, lambda: ran.append("third"))
+    assert timers.pending == [first, second, third] and timers.deadline == 1
+    third.cancel()
+    clock.advance(1)
+    timers.tick()
+    assert ran == ["second"] and timers.pending == [first] and timers.deadline == 3
+    clock.advance(2)
+    timers.tick()
+    assert ran == ["second", "first"] and timers.pending == [] and timers.deadline is None
+    assert not first.active and not second.active and not third.active
