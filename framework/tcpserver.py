@@ -31,12 +31,13 @@ class LeanServer(tcp.Server):
 
     def _get_repstr(self) -> str:
         port = self.server._realPortNumber if self.server is not None else self.client[1]
-        protocol = self.__dict__.get("protocol")
+        protocol = getattr(self, "protocol", None)
         name = type(protocol).__name__ if protocol is not None else "Connection"
         return f"<{name} #{self.sessionno} on {port}>"
 
     def _get_fileno(self) -> Callable[[], int]:
-        sock = self.__dict__.get("socket")
+        # (getattr, not __dict__: reading __dict__ would make the instance a dict of its own)
+        sock = getattr(self, "socket", None)
         return sock.fileno if sock is not None else _no_fileno
 
     def _drop(self, value: Any = None) -> None:
