@@ -100,7 +100,7 @@ class TimerQueue:
             self.woken_for = None
             if self.wake is not None:
                 self.wake(None)
-        elif self._cancelled > 64 and 2 * self._cancelled > len(heap):
+        elif self._cancelled > 64 and 2 * self._cancelled >= len(heap):
             self._heap = [t for t in heap if t.timers is not None]
             heapq.heapify(self._heap)
             self._cancelled = 0
