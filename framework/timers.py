@@ -43,6 +43,11 @@ class Timer:
     def active(self) -> bool:
         return self.timers is not None
 
+    def release(self) -> None:
+        """Cancelled: let go of what it would have called now, not when its deadline comes
+        up in the queue (it may wait there until then)."""
+        self.call = None
+
     def fire(self) -> None:
         """Its time came (it is no longer pending)."""
         call = self.call
@@ -91,7 +96,7 @@ class TimerQueue:
     def discard(self, timer: Timer) -> None:
         """``timer`` (in the heap) was cancelled."""
         timer.timers = None
-        timer.call = None  # what it would have called can go now, not at its deadline
+        timer.release()
         self._cancelled += 1
         heap = self._heap
         if self._cancelled == len(heap):  # nothing pending: nothing to wake up for
@@ -310,9 +315,29 @@ class Keepalive(Timer):
             self._rearm(now + self._interval)
             owner.send_keepalive()
 
+    def release(self) -> None:
+        # a closed connection's keepalive may wait in the queue until its deadline: it must
+        # not keep the session (and all it holds) alive that long
+        self._owner = _NO_OWNER
+        self._clock = _NO_CLOCK
+
     def _rearm(self, at: float) -> None:
         self.at = at
         self._clock.add(self)
+
+
+class _NoOwner:
+    keepalive_held = False
+
+    def send_keepalive(self) -> None:
+        pass
+
+    def keepalive_expired(self) -> None:
+        pass
+
+
+_NO_OWNER = _NoOwner()
+_NO_CLOCK = Timers(lambda: 0.0)
 
 
 class ReactorTimer:

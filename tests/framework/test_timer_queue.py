@@ -174,3 +174,21 @@ def test_a_session_with_one_timer_then_several_then_one_again() -> None:
     timers.tick()
     assert ran == ["second", "first"] and timers.pending == [] and timers.deadline is None
     assert not first.active and not second.active and not third.active
+
+
+def test_a_cancelled_keepalive_lets_its_session_go_before_its_deadline() -> None:
+    import gc
+    import weakref
+
+    owner = Owner()
+    clock = owner.clock
+    queue = TimerQueue(clock.seconds)
+    other = Timers(clock.seconds, queue)
+    other.call_later(1000, lambda: None)  # the queue is not emptied by the cancel below
+    timers = Timers(clock.seconds, queue)
+    Keepalive(timers, 30, owner)
+    gone = weakref.ref(owner)
+    timers.cancel_all()  # the connection closed; its keepalive waits in the heap, marked
+    del owner
+    gc.collect()
+    assert gone() is None
