@@ -103,11 +103,11 @@ def accept_phase(server, port: int, count: int, timeout: float, progress: bool) 
     ep = select.epoll()
     socks: list[socket.socket] = []
     t0 = time.perf_counter()
-    run0, _ = server.sched_ns()
+    sched0 = server.sched_ns()
     try:
         _accept_all(port, count, socks, ep, queue, time.monotonic() + timeout, progress)
         seconds = time.perf_counter() - t0
-        run1, _ = server.sched_ns()
+        sched1 = server.sched_ns()
         _check_connected(socks)
     except BaseException:
         close_all(socks)
@@ -115,7 +115,13 @@ def accept_phase(server, port: int, count: int, timeout: float, progress: bool) 
     finally:
         ep.close()
         queue.close()
-    return socks, seconds, (run1 - run0) / 1e9 / seconds
+    return socks, seconds, _shares(sched0, sched1, seconds)
+
+
+def _shares(sched0: tuple[int, int], sched1: tuple[int, int], seconds: float) -> tuple:
+    """(on its core, waiting for its core) as shares of ``seconds``: the rest it was idle,
+    waiting for the clients."""
+    return ((sched1[0] - sched0[0]) / 1e9 / seconds, (sched1[1] - sched0[1]) / 1e9 / seconds)
 
 
 def _accept_all(port, count, socks, ep, queue, deadline, progress) -> None:
@@ -161,19 +167,19 @@ def _check_connected(socks) -> None:
 
 
 def login_phase(server, socks: list[socket.socket], setups: list[tuple[bytes, bytes]],
-                window: int, timeout: float, progress: bool) -> tuple[float, float]:
+                window: int, timeout: float, progress: bool) -> tuple[float, tuple]:
     """Send each connection its setup, at most ``window`` unanswered at once; a connection
     is done when its exact expected answer came back. Returns (seconds, server busy)."""
     ep = select.epoll()
     t0 = time.perf_counter()
-    run0, _ = server.sched_ns()
+    sched0 = server.sched_ns()
     try:
         _login_all(socks, setups, window, ep, time.monotonic() + timeout, progress)
         seconds = time.perf_counter() - t0
-        run1, _ = server.sched_ns()
+        sched1 = server.sched_ns()
     finally:
         ep.close()
-    return seconds, (run1 - run0) / 1e9 / seconds
+    return seconds, _shares(sched0, sched1, seconds)
 
 
 def _login_all(socks, setups, window, ep, deadline, progress) -> None:
@@ -272,10 +278,12 @@ def run(server, proto, params, *, window: int) -> dict:
         "connections": count,
         "accept_seconds": accept_s,
         "accepts_per_s": count / accept_s,
-        "accept_server_busy": accept_busy,
+        "accept_server_busy": accept_busy[0],
+        "accept_server_runq": accept_busy[1],
         "login_seconds": login_s,
         "logins_per_s": count / login_s,
-        "login_server_busy": login_busy,
+        "login_server_busy": login_busy[0],
+        "login_server_runq": login_busy[1],
         "login_window": window,
         "harness_cpu_s": (own1.user + own1.system) - (own0.user + own0.system),
         "rss_before_kib": rss_before,
@@ -296,9 +304,11 @@ def run(server, proto, params, *, window: int) -> dict:
 def describe(r: dict, fmt) -> str:
     return (
         f"{r['connections']:,} connections: accepted in {r['accept_seconds']:.1f} s = "
-        f"{fmt(r['accepts_per_s'])}/s (server busy {100 * r['accept_server_busy']:.0f}%), "
+        f"{fmt(r['accepts_per_s'])}/s (server busy {100 * r['accept_server_busy']:.0f}%, "
+        f"waiting for its core {100 * r['accept_server_runq']:.0f}%), "
         f"logged in and subscribed in {r['login_seconds']:.1f} s = {fmt(r['logins_per_s'])}/s "
-        f"(server busy {100 * r['login_server_busy']:.0f}%, {r['login_window']} at once; "
+        f"(server busy {100 * r['login_server_busy']:.0f}%, waiting for its core "
+        f"{100 * r['login_server_runq']:.0f}%, {r['login_window']} at once; "
         f"harness CPU {r['harness_cpu_s']:.1f} s); RSS {fmt(r['rss_before_kib'] / 1024)} -> "
         f"{fmt(r['rss_after_kib'] / 1024)} MiB = {fmt(r['bytes_per_connection'])} "
         f"B/connection ({fmt(r['bytes_per_accepted_connection'])} once accepted, before "
