@@ -106,8 +106,9 @@ class TimerQueue:
             if self.wake is not None:
                 self.wake(None)
         elif self._cancelled > 64 and 2 * self._cancelled >= len(heap):
-            self._heap = [t for t in heap if t.timers is not None]
-            heapq.heapify(self._heap)
+            # in place: a tick under way (this cancel comes from a call it runs) holds it
+            heap[:] = [t for t in heap if t.timers is not None]
+            heapq.heapify(heap)
             self._cancelled = 0
 
     @property

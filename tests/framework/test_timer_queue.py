@@ -192,3 +192,27 @@ def test_a_cancelled_keepalive_lets_its_session_go_before_its_deadline() -> None
     del owner
     gc.collect()
     assert gone() is None
+
+
+def test_cancels_made_by_a_running_call_leave_the_tick_and_the_count_right() -> None:
+    clock = Clock()
+    queue = TimerQueue(clock.seconds)
+    sessions = [Timers(clock.seconds, queue) for _ in range(3)]
+    ran: list[int] = []
+    later = [sessions[1].call_later(50 + i, lambda i=i: ran.append(i)) for i in range(100)]
+
+    def cancel_most() -> None:  # enough for the heap to be rebuilt under the tick
+        ran.append(-1)
+        for timer in later[:90]:
+            timer.cancel()
+
+    sessions[0].call_later(1, cancel_most)
+    sessions[2].call_later(1, lambda: ran.append(-2))
+    clock.advance(1)
+    queue.tick()
+    assert ran == [-1, -2]
+    assert len(queue) == 10
+    clock.advance(200)
+    queue.tick()
+    assert ran == [-1, -2, *range(90, 100)]
+    assert len(queue) == 0 and queue.deadline is None
