@@ -365,10 +365,17 @@ class Profiler:
 
 
 def raise_nofile(wanted: int) -> int:
-    """Raise RLIMIT_NOFILE (soft, up to the hard limit) for this process and its children."""
+    """Raise RLIMIT_NOFILE (soft, up to the hard limit) for this process and its children;
+    as root, the hard limit too when it is below ``wanted`` (up to fs.nr_open)."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        with contextlib.suppress(ValueError, OSError):  # not root: keep the hard limit
+            nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
+            hard = min(wanted, nr_open)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else max(wanted, soft)
     if target > soft:
         with contextlib.suppress(ValueError, OSError):

@@ -13,7 +13,6 @@ import contextlib
 import fcntl
 import math
 import os
-import select
 import socket
 import struct
 import termios
@@ -21,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import idle as idle_scenario
 from clients import (
     BenchError,
     Echo,
@@ -33,7 +33,6 @@ from clients import (
     open_many,
     open_spread,
     receive_counts,
-    recv_exactly,
     tcp_state,
 )
 from procs import Server, core_busy, core_times, tcp_send_queue
@@ -51,6 +50,8 @@ class Params:
     latency_round_trips: int = 5_000
     latency_warmup: int = 200
     idle_connections: int = 10_000
+    #: scenario 5: logins in progress at once (each answered before the next is sent)
+    idle_window: int = 100
     payload_size: int = 64
     idle_timeout: float = 15.0  # no byte for this long: give up on a stream
     scenario_timeout: float = 300.0
@@ -92,6 +93,7 @@ class Params:
             mcast_messages=20_000, fanout_messages=2_000, fanout_subscribers=100,
             stalled_messages=2_000,
             latency_round_trips=500, latency_warmup=50, idle_connections=1_000,
+            idle_window=self.idle_window,
             payload_size=self.payload_size, idle_timeout=self.idle_timeout,
             scenario_timeout=self.scenario_timeout, verify=self.verify, topics=self.topics,
             stmp_mcast_messages=30_000, stmp_fanout_messages=1_000, cross_messages=20_000,
@@ -490,48 +492,9 @@ def latency(server: Server, proto, params: Params, around=None) -> dict:
 
 
 def idle(server: Server, proto, params: Params, around=None) -> dict:
-    """5. many idle subscribed connections: resident memory per connection, then a PING."""
-    port = server.port
-    count = params.idle_connections
-    rss_before = server.rss_kib()
-    setups = [proto.subscriber_setup(f"idle{i}", "idle") for i in range(count)]
-    t0 = time.monotonic()
-    socks = open_many(port, setups, timeout=params.scenario_timeout, progress=True)
-    opened_s = time.monotonic() - t0
-    try:
-        rss_after = server.rss_kib()
-        # a new connection still gets an answer to its ping
-        t1 = time.perf_counter()
-        check = open_client(port, *proto.publisher_setup("idle-check"))
-        try:
-            check.sendall(proto.ping)
-            pong = recv_exactly(check, len(proto.pong), 10.0)
-        finally:
-            check.close()
-        ping_ms = 1000 * (time.perf_counter() - t1)
-        # none of the idle ones was closed (or sent anything)
-        ep = select.epoll()
-        try:
-            for sock in socks:
-                ep.register(sock.fileno(), select.EPOLLIN | select.EPOLLRDHUP)
-            disturbed = len(ep.poll(0.5, len(socks)))
-        finally:
-            ep.close()
-        rss_final = server.rss_kib()
-    finally:
-        close_all(socks)
-    return {
-        "connections": count,
-        "open_seconds": opened_s,
-        "connections_per_s": count / opened_s,
-        "rss_before_kib": rss_before,
-        "rss_after_kib": rss_after,
-        "rss_final_kib": rss_final,
-        "bytes_per_connection": 1024 * (rss_after - rss_before) / count,
-        "ping_ok": pong == proto.pong,
-        "ping_ms": ping_ms,
-        "closed_or_unexpected_data": disturbed,
-    }
+    """5. many idle subscribed connections: accept and login rates, resident memory per
+    connection, then a new connection served (bench/idle.py)."""
+    return idle_scenario.run(server, proto, params, window=params.idle_window)
 
 
 SCENARIOS = {
@@ -557,6 +520,7 @@ KINDS = {
     "mm2-mcast": ["mm2", "ssmp", "mosquitto"],
     "mm2-ack": ["mm2", "ssmp", "mosquitto"],
     "mm2-fanout": ["mm2", "ssmp", "mosquitto"],
+    "idle": ["ssmp", "stmp", "mm2", "mosquitto"],
 }
 
 # the sbus scenarios (12-16) live in bench/sbus.py, which uses publish_fanout above

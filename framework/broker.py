@@ -35,6 +35,7 @@ from .reloading import keep_restart_only
 from .reloading import prepare as prepare_reload
 from .session import Link, Session
 from .stats import BrokerCounters, Traffic
+from .timers import TimerQueue
 from .tls import ServerTLS
 
 if TYPE_CHECKING:
@@ -82,6 +83,12 @@ class Broker:
         self.hub.on_release = self.trimmer.released
         #: output is written once per recipient per batch: at the end of each reactor turn
         self.batcher = Batcher(reactor)
+        #: every connection's timers (login timeout, keepalive...): one reactor call for the
+        #: earliest, and the batch flushed after the due ones ran
+        self.session_timers = TimerQueue(reactor.seconds)
+        self.session_timers.run_on(reactor, after_tick=self.batcher.flush)
+        #: bound once, for every session (a bound method is 64 bytes per connection)
+        self._slow_consumer_dropped = self.slow_consumer_dropped
         #: open sessions in the order they connected (a dict used as an ordered set)
         self.sessions: dict[Session, None] = {}
         #: logins, closes by reason, traffic per protocol (:mod:`msgbroker.stats`)
@@ -265,7 +272,7 @@ class Broker:
             link=link,
             host=host,
             tls_names=tls_names,
-            on_dropped=self.slow_consumer_dropped,
+            on_dropped=self._slow_consumer_dropped,
             id=next(self._session_ids),
             opened_at=self.reactor.seconds(),
         )

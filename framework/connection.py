@@ -7,13 +7,12 @@ requests (``self.timers``) out. It never sees Twisted.
 
 :class:`Connection` is the one adapter around it, composed, not inherited: it opens the
 broker's :class:`~msgbroker.session.Session` with the output the server session chooses,
-feeds it input (what that causes is written at the end of the reactor turn), runs its
-timers on the reactor (:class:`Timers`: the session asks for deadlines, the adapter
-ticks), carries out closes
-and tells the broker when the connection is gone. What differs per transport is a small
-:class:`TransportLink` — how to close, pause and resume reading, which certificate the
-peer showed: :class:`StreamProtocol` for TCP and TLS here; STMP's WebSocket and sbus's
-seqpacket sockets provide their own.
+feeds it input (what that causes is written at the end of the reactor turn), gives it its
+timers (:class:`Timers`: the session asks for deadlines; they wait on the broker's one
+queue), carries out closes and tells the broker when the connection is gone. What differs
+per transport is a small :class:`TransportLink` — how to close, pause and resume reading,
+which certificate the peer showed: :class:`StreamProtocol` for TCP and TLS here; STMP's
+WebSocket and sbus's seqpacket sockets provide their own.
 """
 
 from __future__ import annotations
@@ -50,6 +49,11 @@ class ServerSession:
     calls :meth:`send_keepalive` when the peer is idle. What only the transport knows comes
     as keyword arguments of the constructor (:class:`Connection`'s ``options``).
     """
+
+    # what every session has, in slots: a protocol's own attributes stay in its instance
+    # dict (the few it has fit Python's shared-key dicts, about 30 names at most: past
+    # that, each session's dict is a full one of over a kilobyte)
+    __slots__ = ("_login_timer", "broker", "hub", "keepalive", "link", "peer", "reply", "timers")
 
     name: ClassVar[str]
     #: whether the peer must log in within ``--login-timeout``
@@ -124,14 +128,12 @@ class ServerSession:
         is its own (STMP pings on a fixed cadence from the open) overrides this."""
         if not self.heartbeat:  # the kernel's TCP keepalive probes instead
             return
-        peer = self.peer
-        self.keepalive = Keepalive(
-            self.timers,
-            self.broker.config.keepalive,
-            self.send_keepalive,
-            self.keepalive_expired,
-            held=lambda: peer.reading_held,
-        )
+        self.keepalive = Keepalive(self.timers, self.broker.config.keepalive, self)
+
+    @property
+    def keepalive_held(self) -> bool:
+        """The broker itself stopped reading from the peer: its silence is ours."""
+        return self.peer.reading_held
 
     def touch(self) -> None:
         """Activity (once per input): the keepalive starts counting again."""
@@ -180,7 +182,7 @@ class Connection:
     listener's largest packet).
     """
 
-    __slots__ = ("_wakeup", "broker", "clock", "server", "session", "timers", "transport_link")
+    __slots__ = ("broker", "server", "session", "timers", "transport_link")
 
     def __init__(
         self,
@@ -192,10 +194,9 @@ class Connection:
         options: Mapping[str, Any] | None = None,
     ) -> None:
         self.broker = broker
-        self.clock = broker.reactor
         self.transport_link = transport_link
-        self._wakeup: Any = None
-        self.timers = Timers(self.clock.seconds, self._wake)
+        # on the broker's queue, which runs every connection's timers on one reactor call
+        self.timers = Timers(broker.reactor.seconds, broker.session_timers)
         self.session = broker.open_session(
             protocol=session_class.name,
             encode=session_class.encode,
@@ -252,30 +253,12 @@ class Connection:
     def lost(self) -> None:
         """The transport is gone, whatever the reason."""
         self.timers.cancel_all()
-        if self._wakeup is not None and self._wakeup.active():
-            self._wakeup.cancel()
-        self._wakeup = None
         self.server.lost()
         session = self.session
         self.broker.session_closed(session, CloseReason.PEER)
         callbacks, session.on_lost = session.on_lost, []
         for callback in callbacks:
             callback()
-
-    # -- timers on the reactor ------------------------------------------------------------------
-
-    def _wake(self, at: float) -> None:
-        wakeup = self._wakeup
-        if wakeup is not None and wakeup.active():
-            if wakeup.getTime() <= at:
-                return
-            wakeup.cancel()
-        self._wakeup = self.clock.callLater(max(0.0, at - self.clock.seconds()), self._tick)
-
-    def _tick(self) -> None:
-        self._wakeup = None
-        self.timers.tick()
-        self.broker.batcher.flush()
 
     # -- the session's link -------------------------------------------------------------------
 

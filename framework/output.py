@@ -237,7 +237,8 @@ class TransportOutput:
         #: where in ``_pending`` the replies are (None: no reply in this batch)
         self._replies: list[int] | None = None
         self._write = write_through if _writes_through(transport) else _write
-        self._held: deque[bytes] = deque()
+        #: made at the first hold: an empty deque is 760 bytes, and most peers keep up
+        self._held: deque[bytes] | None = None
         #: bytes held here because the transport's buffer is full
         self.held_bytes = 0
         self.paused = False
@@ -352,6 +353,8 @@ class TransportOutput:
             data = held.popleft()
             self.held_bytes -= len(data)
             write(data)
+        if not held:
+            self._held = None  # let the deque go: the peer caught up
         self._report()
         if not held and self._drained is not None:
             drained, self._drained = self._drained, None
@@ -383,7 +386,10 @@ class TransportOutput:
             if not budget.admits(self, backlog):
                 return False
             budget.update(self, backlog)
-        self._held.append(data)
+        held = self._held
+        if held is None:
+            held = self._held = deque()
+        held.append(data)
         self.held_bytes = backlog
         return True
 
@@ -398,7 +404,7 @@ class TransportOutput:
             session.on_dropped(session, count)
 
     def _release(self) -> None:
-        self._held.clear()
+        self._held = None
         self.held_bytes = 0
         self._report()
 

@@ -18,6 +18,7 @@ from .config import BrokerConfig, Listener, build_config
 from .errors import ConfigError
 from .nodes import default_node_name
 from .reasons import CloseReason
+from .tcpserver import use_lean_server
 
 log = Logger(namespace="msgbroker")
 
@@ -81,6 +82,7 @@ class ListenerService(service.Service):
             self.running = False
             raise ConfigError(f"cannot listen on {self.listener}: {result.getErrorMessage()}")
         self.port = result
+        use_lean_server(result)  # about 230 bytes less per TCP connection
         address = describe_address(result.getHost())
         if self.listener.is_tls:
             address = "tls:" + address.removeprefix("tcp:")

@@ -84,13 +84,33 @@ class Session:
     #: True while the broker has stopped reading from this peer (:meth:`hold_reading`);
     #: keepalive timers count it as activity
     reading_held: bool = False
-    #: per-session state for plugins, keyed by plugin name
-    data: dict[str, Any] = field(factory=dict)
-    #: called once the connection is gone (the service waits on these at shutdown)
-    on_lost: list[Callable[[], None]] = field(factory=list)
     #: told of deliveries this session's policy dropped (the broker logs them)
     on_dropped: Callable[[Session, int], None] | None = None
-    _reading_holders: set[Any] = field(factory=set, init=False, repr=False)
+    # what each idle connection must not pay for is made when first needed: an empty set
+    # is 216 bytes, an empty dict 64, an empty list 56
+    _reading_holders: set[Any] | None = field(default=None, init=False, repr=False)
+    _data: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _on_lost: list[Callable[[], None]] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """Per-session state for plugins, keyed by plugin name."""
+        data = self._data
+        if data is None:
+            data = self._data = {}
+        return data
+
+    @property
+    def on_lost(self) -> list[Callable[[], None]]:
+        """Called once the connection is gone (the service waits on these at shutdown)."""
+        on_lost = self._on_lost
+        if on_lost is None:
+            on_lost = self._on_lost = []
+        return on_lost
+
+    @on_lost.setter
+    def on_lost(self, callbacks: list[Callable[[], None]]) -> None:
+        self._on_lost = callbacks
 
     def attach(self, output: Output) -> None:
         """Use ``output`` for everything this session writes (once, when it opens)."""
@@ -116,6 +136,8 @@ class Session:
         login is answered. Counted, so one holder's release never resumes what another
         still holds; the peer's further bytes wait in its socket buffers, not in ours."""
         holders = self._reading_holders
+        if holders is None:
+            holders = self._reading_holders = set()
         if not holders:
             self.reading_held = True
             if self.close_reason is None:
@@ -125,7 +147,7 @@ class Session:
     def release_reading(self, holder: Any) -> None:
         """``holder`` no longer needs this peer held; reading resumes when nobody does."""
         holders = self._reading_holders
-        if holder not in holders:
+        if holders is None or holder not in holders:
             return
         holders.discard(holder)
         if not holders:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from itertools import repeat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msgbroker.errors import RemoteProtocolError
 from msgbroker.reasons import CloseReason
@@ -62,6 +62,20 @@ HELD_OVERHEAD = 100
 
 #: a queue message sent and not yet acknowledged, or None for any other message
 Queued = tuple["Message", "QueueGroup"] | None
+
+
+
+class _NoDeque(tuple):
+    """What ``unacked`` and ``held`` are until they are needed: empty, read like a deque,
+    and appending to it fails loudly (it has no ``append``)."""
+
+    __slots__ = ()
+
+    def clear(self) -> None:
+        pass
+
+
+_NOTHING: Any = _NoDeque()
 
 
 class WindowOutput:
@@ -106,12 +120,15 @@ class WindowOutput:
         #: (then every number was sent once)
         self.seq_out = 0
         self.wrapped = False
-        #: sent, not yet acknowledged: (seq, queue message and group, or None), oldest first
-        self.unacked: deque[tuple[int, Queued]] = deque()
+        #: sent, not yet acknowledged: (seq, queue message and group, or None), oldest first;
+        #: only with a window (:meth:`configure`), and held messages only once some are
+        #: (:meth:`_hold`): until then both are the one shared, empty deque (an empty deque
+        #: is 760 bytes per connection)
+        self.unacked: deque[tuple[int, Queued]] = _NOTHING
         #: how many of ``unacked`` are queue messages (0: an ack looks at none of them)
         self.queued = 0
         #: messages waiting for the window to open, and what they take
-        self.held: deque[tuple[bytes, Queued]] = deque()
+        self.held: deque[tuple[bytes, Queued]] = _NOTHING
         self.held_bytes = 0
         #: past the bound (``disconnect``): nothing more is sent; the close is on its way
         self.cut_off = False
@@ -128,6 +145,8 @@ class WindowOutput:
         self._timers = timers
         self.size = size
         self.dotnet_id = dotnet_id
+        if size is not None and self.unacked is _NOTHING:
+            self.unacked = deque()
 
     # -- Output --------------------------------------------------------------------------
 
@@ -378,6 +397,8 @@ class WindowOutput:
             self._dropped(len(pieces))
             return
         held = self.held
+        if held is _NOTHING:
+            held = self.held = deque()
         for piece in pieces:
             held.append((piece, queued))
             self.held_bytes += len(piece) + HELD_OVERHEAD

@@ -77,12 +77,18 @@ _MCAST_RUN = re.compile(
 # -- server side: requests ------------------------------------------------------------------
 
 
+#: validated ids shared by every :class:`RequestDecoder` (bounded: cleared when full)
+_IDS = IdCache()
+
+
 class RequestDecoder:
     """Incremental parser of client requests."""
 
     def __init__(self) -> None:
         self._buf = b""
-        self._ids = IdCache()
+        # one cache for every connection: topics repeat across connections too, and a
+        # cache per connection cost about 400 bytes each
+        self._ids = _IDS
 
     def feed(self, data: bytes) -> Iterator[Request]:
         """Yield the complete requests in ``data`` (plus what was buffered).

@@ -78,8 +78,9 @@ class STMPServerSession(ServerSession):
         self._pending: dict[object, tuple[Any, Timer]] = {}
         #: a login is pending: what arrives now waits (see the class docstring)
         self.holding = False
-        #: decoded messages that arrived while holding (the rest of a run): first on release
-        self._held: deque[tuple[Any, Framing | None, bool]] = deque()
+        #: decoded messages that arrived while holding (the rest of a run): first on release;
+        #: made when a login first holds the input (an empty deque is 760 B per connection)
+        self._held: deque[tuple[Any, Framing | None, bool]] | None = None
         self._last_rx = self.timers.seconds()
         self.peer.data["stmp"] = self
 
@@ -162,6 +163,7 @@ class STMPServerSession(ServerSession):
         if self.closed:
             return
         if self.holding:
+            assert self._held is not None  # made by _hold
             self._held.append((message, framing, payload_frame))
             return
         self._handle(message, framing, payload_frame)
@@ -230,6 +232,7 @@ class STMPServerSession(ServerSession):
             return
         for start, end in run.spans():
             if self.holding:  # a login in the run is pending: the rest waits for it
+                assert self._held is not None  # made by _hold
                 self._held.append((run.request(start, end), None, False))
                 continue
             self._request(run.request(start, end), None)
@@ -385,6 +388,8 @@ class STMPServerSession(ServerSession):
 
     def _hold(self) -> None:
         self.holding = True
+        if self._held is None:
+            self._held = deque()
         # the peer's bytes wait in its socket buffers, not ours; counted, so our release
         # does not undo flood control holding the same peer
         self.peer.hold_reading(_LOGIN_HOLD)
@@ -439,7 +444,7 @@ class STMPServerSession(ServerSession):
 
     def lost(self) -> None:
         """Gone (timers cancelled already): pending handlers are cancelled, unanswered."""
-        self._held.clear()
+        self._held = None
         pending, self._pending = self._pending, {}
         for d, _timer in pending.values():
             d.cancel()
