@@ -41,9 +41,9 @@ f)`` (a server session's ``timers.call_later``: the result has ``cancel()``).
 On the server an outbox is the session's output (:class:`msgbroker.output.Output`): the
 hub's ``send`` is its :meth:`~Outbox.offer`, and it is a member of the broker's output
 budget. There, while its policies can pause nobody (no ``block``), what the hub offers an
-idle outbox during one input is gathered and sent in one system call when the broker's
-batcher flushes it, at the end of that input (``send_many``, ``defer``: the socket's
-``sendmmsg``); what does not fit then meets the policy, in order, as if sent one by one.
+idle outbox during one reactor turn is gathered and sent in one system call when the
+broker's batcher flushes it, at the end of the turn (``send_many``, ``defer``: the
+socket's ``sendmmsg``); what does not fit then meets the policy, in order, as if sent one by one.
 With a ``block`` policy each packet is tried at once, so that a publisher is paused at the
 very packet that filled the socket. It writes to a
 :class:`~.seqpacket.SeqpacketConnection`, or to any byte transport with a streaming
@@ -58,74 +58,32 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
-from attrs import define
-
 from msgbroker.reasons import CloseReason
 
-SOFT = ("queue", "discard", "block", "error")
+from .floodpolicy import HARD, ORDER, SOFT, FloodPolicy, Throttle
+
+__all__ = [
+    "DRAIN_CHUNK",
+    "FEW",
+    "HARD",
+    "ORDER",
+    "PACKET_OVERHEAD",
+    "SOFT",
+    "FloodPolicy",
+    "Outbox",
+    "Throttle",
+    "TransportSink",
+]
+
 #: what keeping a packet costs beyond its bytes (the bytes object's header, its slot in
 #: the queue, allocator rounding), so the bound is on memory, not on payload: a backlog of
 #: small packets would otherwise take twice its bound
 PACKET_OVERHEAD = 48
-HARD = ("discard", "block", "error")
 #: fewer gathered packets than this are sent one ``send`` each: one ``sendmmsg`` through
 #: ctypes costs about what two sends do
 FEW = 3
 #: the most packets of a backlog one ``send_many`` is given
 DRAIN_CHUNK = 256
-ORDER = ("queue", "stack", "random")
-
-
-@define
-class FloodPolicy:
-    """One client's current choices (the most recent control message of each group)."""
-
-    soft: str = "queue"
-    hard: str = "error"
-    order: str = "queue"
-
-    def apply(self, key: bytes) -> bool:
-        """Take the control message ``key`` (``blocking/soft/queue`` ...); False when it is
-        not a flood-control key."""
-        group, _, how = key.decode("ascii", "replace").rpartition("/")
-        if group == "blocking/soft" and how in SOFT:
-            self.soft = how
-        elif group == "blocking/hard" and how in HARD:
-            self.hard = how
-        elif group == "order" and how in ORDER:
-            self.order = how
-        else:
-            return False
-        return True
-
-
-class Throttle:
-    """Pauses a publisher's reading while some outbox it filled asks it to wait, and
-    resumes it when none does any longer. ``pause``/``resume`` are its transport's
-    ``pauseProducing``/``resumeProducing``."""
-
-    __slots__ = ("_holders", "pause", "resume")
-
-    def __init__(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
-        self.pause = pause
-        self.resume = resume
-        self._holders: set[Outbox] = set()
-
-    @property
-    def held(self) -> bool:
-        return bool(self._holders)
-
-    def hold(self, outbox: Outbox) -> None:
-        if not self._holders:
-            self.pause()
-        self._holders.add(outbox)
-
-    def release(self, outbox: Outbox) -> None:
-        holders = self._holders
-        if outbox in holders:
-            holders.discard(outbox)
-            if not holders:
-                self.resume()
 
 
 class Outbox:
