@@ -11,7 +11,7 @@ In one invocation, ``--repeat`` times each, interleaved:
 - ``single``: one broker, no cluster (the memory engine), with all the members.
 
 Every client is a raw socket (bench/wire.py's Micromessage2 frames). The publisher
-(bench/clients.WindowedPublisher, a forked process) sends ``--messages`` 64-byte messages
+(bench/senders.WindowedPublisher, a forked process) sends ``--messages`` 64-byte messages
 with ``batch-ack:max-count=--window``; the members, read by this process with epoll,
 acknowledge what they read with one cumulative ack per read (their window is ``--window``
 too). The figure is messages delivered per second, from the publisher's start to the moment
@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import procs
-from clients import WindowedPublisher
+from senders import WindowedPublisher
 from wire import MM2, payload
 
 TOPIC, GROUP = "bench", "workers"

@@ -3,7 +3,7 @@ as a deployment behind a load balancer has them: each client lands on a node wha
 topics, so every node has publishers and subscribers, and each topic's subscribers are on
 both nodes.
 
-``publishers`` SSMP publishers (one forked process, ``clients.MultiPublisher``); publisher
+``publishers`` SSMP publishers (one forked process, ``senders.MultiPublisher``); publisher
 ``p`` sends ``messages`` 64-byte MCASTs rotating over its own ``topics_each`` topics
 (``benchP00``...), so no two consecutive messages share a topic; subscriber ``s`` hears
 publisher ``s % publishers`` (subscribed to its topics), so each publisher's messages go to
@@ -24,12 +24,12 @@ from collections.abc import Callable
 import scenarios
 from clients import (
     BenchError,
-    MultiPublisher,
     _first_difference,
     close_all,
     open_spread,
     receive_counts,
 )
+from senders import MultiPublisher
 from wire import SSMP, payload
 
 

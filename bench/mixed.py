@@ -18,7 +18,7 @@ run of pipelined messages to one topic as a batch gets no runs.
   time, is scenario 3 (``latency``; alias ``rr1``), with its requester and its echo in two
   processes as real peers are.
 
-The 100 publishers of ``many`` are one forked process (``clients.MultiPublisher``); the 100
+The 100 publishers of ``many`` are one forked process (``senders.MultiPublisher``); the 100
 requesters and 100 repliers of ``rr100`` are the harness process itself, one epoll loop over
 the 200 sockets (a process per side would add a context switch to every message on the
 clients' core). Frames are all of one length per scenario (names and topics of fixed width),
@@ -38,8 +38,14 @@ import statistics
 import time
 
 import procs
-from clients import BenchError, MultiPublisher, close_all, open_many, receive_counts
+from clients import (
+    BenchError,
+    close_all,
+    open_many,
+    receive_counts,
+)
 from procs import Server
+from senders import MultiPublisher
 from wire import MM2, MQTT, SSMP, payload
 
 NAMES = ["mcast16", "fanout16", "many", "rr100"]

@@ -23,10 +23,7 @@ from dataclasses import dataclass
 import idle as idle_scenario
 from clients import (
     BenchError,
-    Echo,
-    Publisher,
     Received,
-    WindowedPublisher,
     close_all,
     cumulative_acker,
     open_client,
@@ -36,6 +33,7 @@ from clients import (
     tcp_state,
 )
 from procs import Server, core_busy, core_times, tcp_send_queue
+from senders import Echo, Publisher, WindowedPublisher
 from wire import MM2, MQTT, SSMP, payload
 
 TOPIC = "bench"
