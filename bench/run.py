@@ -452,7 +452,8 @@ def _run_one(args, params, name, func, kind, tag, server_cpus, stamp, profiles) 
     # the msgbroker runs of the throughput scenarios (not Mosquitto's, not stmp-cross's,
     # which measures server CPU itself)
     if args.profile and kind in ("ssmp", "stmp", "mm2", "sbus") and name in PROFILED:
-        around = _profiling(args, stamp, tag, profiles)
+        # the kind in the name: one scenario profiles each of its servers (stmp, then mm2)
+        around = _profiling(args, stamp, f"{tag}-{kind}", profiles)
     try:
         with start_server(kind, args, server_cpus, stamp, tag) as server:
             if around is not None:
