@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             (result,) = where.glob("results-*.json")
             found[label].append(json.loads(result.read_text())["results"])
     sys.path.insert(0, str(HERE))
-    from run import SUMMARY
+    from summary import SUMMARY
 
     first = builds[0][0]
     print(f"\n== compare ({args.repeat} runs per build, medians; ratios to {first}) ==")
