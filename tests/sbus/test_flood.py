@@ -12,14 +12,34 @@ from msgbroker.plugins.sbus.flood import PACKET_OVERHEAD, FloodPolicy, Outbox, T
 from msgbroker.reasons import CloseReason
 
 
-class Pair:
-    """An outbox writing into a real seqpacket socket whose peer reads only when told."""
+class Sockets:
+    """A real seqpacket socket pair: the server end non-blocking with a small send buffer,
+    the client end read only when told (:meth:`read_all`)."""
 
-    def __init__(self, max_bytes: int = 1 << 20, **policy: str) -> None:
+    def __init__(self) -> None:
         self.server, self.client = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         self.server.setblocking(False)
         self.client.setblocking(False)
+
+    def read_all(self) -> list[bytes]:
+        packets = []
+        while True:
+            try:
+                packets.append(self.client.recv(65536))
+            except BlockingIOError:
+                return packets
+
+    def close(self) -> None:
+        self.server.close()
+        self.client.close()
+
+
+class Pair(Sockets):
+    """An outbox writing into a real seqpacket socket whose peer reads only when told."""
+
+    def __init__(self, max_bytes: int = 1 << 20, **policy: str) -> None:
+        super().__init__()
         self.writable: list[bool] = []
         #: why the outbox gave up, in its words, and as a close reason
         self.errors: list[str] = []
@@ -48,18 +68,6 @@ class Pair:
             if (self.outbox.backlog, self.outbox.dropped, len(self.errors)) != before:
                 return sent
             sent += 1
-
-    def read_all(self) -> list[bytes]:
-        packets = []
-        while True:
-            try:
-                packets.append(self.client.recv(65536))
-            except BlockingIOError:
-                return packets
-
-    def close(self) -> None:
-        self.server.close()
-        self.client.close()
 
 
 @pytest.fixture

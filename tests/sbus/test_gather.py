@@ -13,20 +13,18 @@ import pytest
 from msgbroker.plugins.sbus import mmsg
 from msgbroker.plugins.sbus.flood import FEW, FloodPolicy, Outbox
 from msgbroker.reasons import CloseReason
+from tests.sbus.test_flood import Sockets
 
 send_packets = mmsg.sender()
 pytestmark = pytest.mark.skipif(send_packets is None, reason="no sendmmsg here")
 
 
-class Gathering:
+class Gathering(Sockets):
     """An outbox that gathers (``send_many``: sendmmsg on the socket) and a batcher that
     flushes only when told."""
 
     def __init__(self, max_bytes: int = 1 << 20, **policy: str) -> None:
-        self.server, self.client = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        self.server.setblocking(False)
-        self.client.setblocking(False)
+        super().__init__()
         self.calls: list[int] = []  # the size of each send_many call
         self.marked: list[Outbox] = []
         self.errors: list[CloseReason] = []
@@ -45,18 +43,6 @@ class Gathering:
             send_many=send_many,
             defer=self.marked.append,
         )
-
-    def read_all(self) -> list[bytes]:
-        packets = []
-        while True:
-            try:
-                packets.append(self.client.recv(65536))
-            except BlockingIOError:
-                return packets
-
-    def close(self) -> None:
-        self.server.close()
-        self.client.close()
 
 
 @pytest.fixture
